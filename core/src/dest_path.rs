@@ -1,0 +1,156 @@
+//! Where a model's weights live on the node, and which paths the agent refuses to act on.
+//!
+//! `spec.storage.path` is user input that upstream passed verbatim to `RemoveAll`. Here a path
+//! is only ever acted on when it is absolute, free of `..` and NUL, and, for schemes that write
+//! (downloads), strictly beneath the models root. The shell still resolves it beneath the root's
+//! directory fd without following symlinks; this is the lexical half of that defence.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::ModelSpec;
+use crate::storage_uri::{Provisioning, StorageUri};
+
+/// Longest path the agent accepts (PATH_MAX).
+pub const PATH_BYTES_MAX: usize = 4096;
+/// Longest single component (NAME_MAX).
+pub const COMPONENT_BYTES_MAX: usize = 255;
+
+/// A validated destination.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DestPath {
+    /// Normalised absolute path (no `.` components, no repeated or trailing `/`).
+    pub absolute: String,
+    /// The same path relative to the models root, when it is beneath it.
+    pub beneath_root: Option<String>,
+}
+
+/// Lexically normalise an absolute path, rejecting what the agent must never act on.
+pub fn normalize_absolute(path: &str) -> Result<String, String> {
+    if path.is_empty() {
+        return Err("the path is empty".into());
+    }
+    if path.contains('\0') {
+        return Err("the path contains a NUL byte".into());
+    }
+    if !path.starts_with('/') {
+        return Err(format!("the path {path:?} is relative; an absolute path is required"));
+    }
+    if path.len() > PATH_BYTES_MAX {
+        return Err(format!("the path is longer than {PATH_BYTES_MAX} bytes"));
+    }
+    let mut parts = Vec::new();
+    for c in path.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => return Err(format!("the path {path:?} contains '..'")),
+            c if c.len() > COMPONENT_BYTES_MAX => {
+                return Err(format!("a component of {path:?} is longer than {COMPONENT_BYTES_MAX} bytes"));
+            }
+            c => parts.push(c),
+        }
+    }
+    Ok(format!("/{}", parts.join("/")))
+}
+
+/// `rel` when `path` is strictly beneath `root` (both normalised), else `None`.
+pub fn relative_to(root: &str, path: &str) -> Option<String> {
+    let rest = if root == "/" { path.strip_prefix('/')? } else { path.strip_prefix(root)?.strip_prefix('/')? };
+    (!rest.is_empty()).then(|| rest.to_string())
+}
+
+/// The destination for a model's weights: `spec.storage.path`, or `<root>/<storageUri>` when it
+/// is empty (OME's rule). `Ok(None)` when the scheme does not use a node path (vendor, pvc).
+pub fn dest_path(spec: &ModelSpec, models_root: &str) -> Result<Option<DestPath>, String> {
+    let Ok(uri) = &spec.uri else { return Ok(None) };
+    let provisioning = uri.provisioning();
+    let user_path = spec.path.as_deref().filter(|p| !p.is_empty());
+    let raw = match (provisioning, user_path, uri) {
+        (Provisioning::Nothing | Provisioning::NotOnNodes, _, _) => return Ok(None),
+        (_, Some(p), _) => p.to_string(),
+        (Provisioning::VerifyLocal, None, StorageUri::Local { path }) => path.clone(),
+        (_, None, _) => format!("{}/{}", models_root.trim_end_matches('/'), spec.storage_uri),
+    };
+    let root = normalize_absolute(models_root).map_err(|e| format!("models root: {e}"))?;
+    let absolute = normalize_absolute(&raw).map_err(|e| format!("spec.storage.path rejected: {e}"))?;
+    let beneath_root = relative_to(&root, &absolute);
+    if provisioning == Provisioning::Download && beneath_root.is_none() {
+        return Err(format!(
+            "spec.storage.path rejected: {absolute:?} is not beneath the models root {root:?}; \
+             {} downloads only go beneath it",
+            uri.scheme()
+        ));
+    }
+    Ok(Some(DestPath { absolute, beneath_root }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dest(uri: &str, path: Option<&str>) -> Result<Option<DestPath>, String> {
+        dest_path(&ModelSpec::simple(uri, path), "/mnt/models")
+    }
+
+    #[test]
+    fn explicit_path_beneath_root() {
+        let d = dest("hf://a/b", Some("/mnt/models/llama//8b/")).unwrap().unwrap();
+        assert_eq!(d.absolute, "/mnt/models/llama/8b");
+        assert_eq!(d.beneath_root.as_deref(), Some("llama/8b"));
+    }
+
+    #[test]
+    fn empty_path_derives_from_the_uri_like_ome() {
+        let d = dest("hf://org/model", Some("")).unwrap().unwrap();
+        assert_eq!(d.absolute, "/mnt/models/hf:/org/model");
+        assert_eq!(d.beneath_root.as_deref(), Some("hf:/org/model"));
+        assert_eq!(dest("hf://org/model", None).unwrap().unwrap().absolute, "/mnt/models/hf:/org/model");
+    }
+
+    #[test]
+    fn hostile_paths_are_rejected_with_a_reason() {
+        for (path, why) in [
+            ("relative/dir", "relative"),
+            ("/mnt/models/../../etc", "'..'"),
+            ("/mnt/models/a/..", "'..'"),
+            ("/mnt/models/a\0b", "NUL"),
+            ("/etc", "not beneath the models root"),
+            ("/mnt/models", "not beneath the models root"),
+            ("/mnt/models-other/x", "not beneath the models root"),
+            ("/", "not beneath the models root"),
+        ] {
+            let err = dest("oci://n/a/b/c/o/d", Some(path)).expect_err(path);
+            assert!(err.contains(why), "{path}: {err}");
+            assert!(err.starts_with("spec.storage.path rejected"), "{err}");
+        }
+        let long = format!("/mnt/models/{}", "a".repeat(300));
+        assert!(dest("hf://a/b", Some(&long)).unwrap_err().contains("longer than 255"));
+        let very_long = format!("/mnt/models{}", "/abc".repeat(1100));
+        assert!(dest("hf://a/b", Some(&very_long)).unwrap_err().contains("longer than 4096"));
+    }
+
+    #[test]
+    fn local_may_live_outside_the_root_but_must_still_be_sane() {
+        let d = dest("local:///data/share/m", None).unwrap().unwrap();
+        assert_eq!(d.absolute, "/data/share/m");
+        assert_eq!(d.beneath_root, None);
+        let d = dest("local:///ignored", Some("/mnt/models/m")).unwrap().unwrap();
+        assert_eq!(d.beneath_root.as_deref(), Some("m"));
+        assert!(dest("local://relative/m", None).unwrap_err().contains("relative"));
+        assert!(dest("local:///a/../b", None).unwrap_err().contains("'..'"));
+    }
+
+    #[test]
+    fn vendor_and_pvc_have_no_node_path() {
+        assert_eq!(dest("vendor://v/t/p", Some("/../../x")), Ok(None));
+        assert_eq!(dest("pvc://c/s", None), Ok(None));
+        assert_eq!(dest("bogus://x", None), Ok(None));
+    }
+
+    #[test]
+    fn relative_to_root() {
+        assert_eq!(relative_to("/", "/a"), Some("a".into()));
+        assert_eq!(relative_to("/mnt/models", "/mnt/models/a/b"), Some("a/b".into()));
+        assert_eq!(relative_to("/mnt/models", "/mnt/models"), None);
+        assert_eq!(relative_to("/mnt/models", "/mnt/modelsx/a"), None);
+    }
+}

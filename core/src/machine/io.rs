@@ -1,0 +1,269 @@
+//! What goes into the core (inputs) and what comes out (effects), as plain data.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::dest_path::DestPath;
+use crate::model::{Kind, ModelKey, ModelObject, Uid};
+use crate::placement::NodeView;
+use crate::wire::{ModelEntry, ModelStatus};
+
+/// `--models-root-write-check`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WriteCheck {
+    /// Writable only when a model eligible here downloads (the default).
+    #[default]
+    Auto,
+    Always,
+    Never,
+}
+
+impl std::str::FromStr for WriteCheck {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(WriteCheck::Auto),
+            "always" => Ok(WriteCheck::Always),
+            "never" => Ok(WriteCheck::Never),
+            other => Err(format!("--models-root-write-check must be auto, always or never, not {other:?}")),
+        }
+    }
+}
+
+/// The core's configuration. Part of every trace's first line.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Config {
+    pub node_name: String,
+    pub models_root: String,
+    pub write_check: WriteCheck,
+    /// Seeds the core's PRNG (backoff jitter, drift period jitter).
+    pub seed: u64,
+    /// A live GET or LIST not answered by then counts as failed.
+    pub live_read_timeout_ms: u64,
+    pub retry_delay_ms_min: u64,
+    pub retry_delay_ms_max: u64,
+    /// From this many keys of one kind due for a read at once, one LIST replaces the GETs.
+    pub coalesce_keys_min: usize,
+    pub drift_period_ms: u64,
+    pub root_probe_period_ms: u64,
+    /// How long a trashed directory is kept before it is purged.
+    pub trash_grace_ms: u64,
+}
+
+impl Config {
+    pub fn new(node_name: &str, models_root: &str) -> Config {
+        Config {
+            node_name: node_name.to_string(),
+            models_root: models_root.to_string(),
+            write_check: WriteCheck::Auto,
+            seed: 0,
+            live_read_timeout_ms: 10_000,
+            retry_delay_ms_min: 1_000,
+            retry_delay_ms_max: 300_000,
+            coalesce_keys_min: 2,
+            drift_period_ms: 300_000,
+            root_probe_period_ms: 10_000,
+            trash_grace_ms: 3_600_000,
+        }
+    }
+}
+
+/// One event of a kind's watch stream (kube-runtime's watcher events, renamed).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum WatchEvent {
+    Applied(ModelObject),
+    /// A watch DELETED: only a candidate until a live read confirms it.
+    Deleted(ModelObject),
+    /// `Init`: a (re)list begins; objects known now and not listed by `RelistDone` are candidates.
+    RelistStarted,
+    RelistItem(ModelObject),
+    RelistDone,
+}
+
+/// Result of a live (quorum, uncached) GET of one model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ReadResult {
+    Found(ModelObject),
+    NotFound,
+    /// Any error, timeouts included. Never means "not found".
+    Failed(String),
+}
+
+/// Result of a live (quorum) LIST of one kind.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ListResult {
+    Listed(Vec<ModelObject>),
+    Failed(String),
+}
+
+/// Outcome of an effect that has one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    Done,
+    Failed(String),
+}
+
+/// What the shell found at the models root.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RootProbe {
+    pub exists: bool,
+    pub is_dir: bool,
+    pub readable: bool,
+    pub writable: bool,
+    /// Why a check failed (the OS error, "mounted read-only", ...), for probes and logs.
+    #[serde(default)]
+    pub detail: String,
+}
+
+impl RootProbe {
+    pub fn healthy(writable: bool) -> RootProbe {
+        RootProbe { exists: true, is_dir: true, readable: true, writable, detail: String::new() }
+    }
+}
+
+/// A directory under the models root carrying this agent's ownership marker.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct OwnedDir {
+    /// Path relative to the models root.
+    pub path: String,
+    pub uid: Uid,
+}
+
+/// What is on the node and in the API now, for drift reconciliation. Taken by the shell with
+/// fresh reads when the core asks for it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DriftSnapshot {
+    /// This node's labels under `models.ome.io/`, with their values.
+    pub labels: BTreeMap<String, String>,
+    /// This node's ConfigMap entries: key → (status, uid recorded in the entry).
+    pub entries: BTreeMap<String, EntryView>,
+    /// Directories with this agent's ownership marker.
+    pub owned_dirs: Vec<OwnedDir>,
+    /// Names of entries in the trash folder.
+    pub trash: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntryView {
+    /// `None` when the value is not a ModelEntry the agent understands.
+    pub status: Option<ModelStatus>,
+    pub uid: Option<String>,
+}
+
+/// Stable id of one effect; its outcome comes back with the same id.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct EffectId(pub u64);
+
+impl fmt::Debug for EffectId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+/// Every input the core handles.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Input {
+    Watch { kind: Kind, event: WatchEvent },
+    /// The agent's own Node (labels), for eligibility.
+    NodeObserved(NodeView),
+    LiveRead { id: EffectId, result: ReadResult },
+    LiveList { id: EffectId, result: ListResult },
+    EffectDone { id: EffectId, outcome: Outcome },
+    RootProbed { id: EffectId, probe: RootProbe },
+    DriftObserved { id: EffectId, snapshot: DriftSnapshot },
+    /// Nothing happened but time passed (a timer the shell was asked to wake for).
+    Tick,
+    /// SIGTERM: from now on no new destructive effect.
+    Shutdown,
+}
+
+/// What the core asks the shell to do.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Effect {
+    pub id: EffectId,
+    pub op: Op,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Op {
+    /// Quorum GET (no resourceVersion) of one model, answered by `Input::LiveRead`.
+    LiveGet { key: ModelKey },
+    /// Quorum LIST of one kind, answered by `Input::LiveList`.
+    LiveList { kind: Kind },
+    /// Set this node's label for the model (when `label` is set) and write its ConfigMap entry.
+    Publish { key: ModelKey, uid: Uid, label_key: String, label: Option<ModelStatus>, cm_key: String, entry: ModelEntry },
+    /// Destructive. Remove this node's label for the model (only when `remove_label`: another
+    /// incarnation may own it) and its ConfigMap entry, only if that entry belongs to `uid`.
+    Unpublish { key: ModelKey, uid: Uid, label_key: String, remove_label: bool, cm_key: String },
+    /// Check that a `local://` directory exists and is readable. Never writes.
+    VerifyLocal { key: ModelKey, uid: Uid, path: String },
+    /// Download into `dest` and mark the directory as owned by `uid`.
+    Download { key: ModelKey, uid: Uid, storage_uri: String, dest: DestPath },
+    /// Destructive. Move a directory the agent owns (its marker says `uid`) to
+    /// `<root>/.model-agent-trash/<trash_name>`; a directory whose marker differs is left alone.
+    TrashDir { key: Option<ModelKey>, uid: Uid, path: String, trash_name: String },
+    /// Destructive. Delete one entry of the trash folder for good.
+    PurgeTrash { name: String },
+    /// Destructive. Remove a `models.ome.io/` label no model claims (confirmed by fresh LISTs).
+    RemoveOrphanLabel { label_key: String },
+    /// Destructive. Remove a ConfigMap entry no model claims (only if it still has `uid`).
+    RemoveOrphanEntry { cm_key: String, uid: Option<String> },
+    /// Answer with `Input::RootProbed`.
+    ProbeRoot,
+    /// Answer with `Input::DriftObserved`.
+    Snapshot,
+    /// Nothing to do: something a person should see in the logs.
+    Note(Note),
+}
+
+impl Op {
+    /// Effects that remove something; none is emitted after shutdown begins.
+    pub fn is_destructive(&self) -> bool {
+        matches!(
+            self,
+            Op::Unpublish { .. }
+                | Op::TrashDir { .. }
+                | Op::PurgeTrash { .. }
+                | Op::RemoveOrphanLabel { .. }
+                | Op::RemoveOrphanEntry { .. }
+        )
+    }
+}
+
+/// Why a model became a deletion candidate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Cause {
+    /// A watch DELETED event.
+    WatchDeleted,
+    /// Known before a relist and absent from it (a tombstone in client-go's terms).
+    RelistVanished,
+    /// The watch showed another uid under the same name.
+    UidChanged,
+    /// The model stopped matching this node; its object is re-read before anything is withdrawn.
+    PlacementExit,
+}
+
+/// What confirmed a deletion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Confirmation {
+    NotFound,
+    Replaced,
+    Deleting,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Note {
+    /// A live read found the same uid alive: the candidate was a phantom and nothing was removed.
+    PhantomSuppressed { key: ModelKey, uid: Uid, cause: Cause },
+    /// A deletion was confirmed; cleanup of this uid follows.
+    DeleteConfirmed { key: ModelKey, uid: Uid, confirmation: Confirmation },
+    /// A model is Failed on this node.
+    ModelFailed { key: ModelKey, uid: Uid, reason: String },
+    /// A live read failed; the candidate stays pending and is read again later.
+    ReadFailed { key: Option<ModelKey>, kind: Kind, reason: String, retry_in_ms: u64 },
+    /// A shell effect failed and will be retried.
+    EffectFailed { id: EffectId, reason: String, retry_in_ms: u64 },
+}

@@ -1,0 +1,1166 @@
+//! The reconciler: a pure fold `step(&State, now, Input) -> (State, Vec<Effect>)`.
+//!
+//! Each step handles the input, fires the timers that are due, then, for every model the step
+//! touched: starts placement-exit re-reads, issues the live reads that are due (coalesced into one
+//! LIST per kind in a storm), and emits the next effect each incarnation needs. One effect per
+//! incarnation is in flight at a time; its outcome comes back as an input.
+
+pub mod io;
+pub mod model_state;
+
+use imbl::{OrdMap, OrdSet};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+pub use io::*;
+pub use model_state::{Fetched, Incarnation, Life, Plan, Published, ReadState, Slot, Want};
+use model_state::{Context, IncOp, eligible_now, next_op, want};
+
+use crate::model::{Kind, ModelKey, ModelObject, Uid};
+use crate::placement::NodeView;
+use crate::prng::{Prng, backoff_ms};
+use crate::time::Instant;
+use crate::wire::{self, ModelStatus};
+
+/// Who waits for an effect's outcome.
+#[derive(Clone, Debug)]
+enum Owner {
+    Inc { key: ModelKey, uid: Uid, what: IncOp },
+    Get { key: ModelKey, deadline: Instant },
+    List { kind: Kind, keys: Arc<Vec<ModelKey>>, drift: bool, deadline: Instant },
+    RootProbe,
+    Snapshot { requested_at: Instant },
+    Purge { name: String },
+    Orphan,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum TimerKey {
+    Inc(ModelKey, Uid),
+    ReadDeadline(EffectId),
+    RootProbe,
+    Drift,
+    Purge(String),
+}
+
+/// Per-kind list state.
+#[derive(Clone, Debug, Default)]
+struct KindSync {
+    /// The first list of this kind has completed.
+    synced: bool,
+    /// Keys seen since the current relist began.
+    relisting: Option<OrdSet<ModelKey>>,
+    /// The newest LIST of this kind in flight.
+    list_inflight: Option<EffectId>,
+    /// Keys with an incarnation pending confirmation, and those whose read is due now.
+    pending: OrdSet<ModelKey>,
+    due: OrdSet<ModelKey>,
+}
+
+/// An orphan check: things on the node no known model claims, waiting for fresh LISTs.
+#[derive(Clone, Debug, Default)]
+struct OrphanCheck {
+    labels: Vec<String>,
+    entries: Vec<(String, Option<String>)>,
+    dirs: Vec<OwnedDir>,
+    lists: [Option<EffectId>; 2],
+    listed: [Option<Arc<Vec<ModelObject>>>; 2],
+}
+
+/// Counters, for metrics and the simulator's reports.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Stats {
+    pub candidates: u64,
+    pub phantom_deletes_suppressed: u64,
+    pub deletes_confirmed: u64,
+    pub cleanups_done: u64,
+    pub live_gets: u64,
+    pub live_lists: u64,
+    pub reads_found: u64,
+    pub reads_not_found: u64,
+    pub reads_failed: u64,
+    pub reads_timed_out: u64,
+    pub effects_failed: u64,
+    pub orphans_removed: u64,
+}
+
+/// The whole core state: an immutable value (clone is O(1)).
+#[derive(Clone, Debug)]
+pub struct State {
+    config: Arc<Config>,
+    prng: Prng,
+    effect_id_next: u64,
+    started: bool,
+    slots: OrdMap<ModelKey, Slot>,
+    kinds: [KindSync; 2],
+    node: Option<Arc<NodeView>>,
+    root: Option<RootProbe>,
+    inflight: OrdMap<EffectId, Owner>,
+    timers: OrdSet<(Instant, TimerKey)>,
+    trash: OrdMap<String, Instant>,
+    drift_started: bool,
+    snapshot_inflight: Option<EffectId>,
+    orphan_check: Option<Arc<OrphanCheck>>,
+    shutting_down: bool,
+    stats: Stats,
+}
+
+/// The fold: the next state and the effects for one input.
+pub fn step(state: &State, now: Instant, input: Input) -> (State, Vec<Effect>) {
+    let mut next = state.clone();
+    let effects = next.handle(now, input);
+    (next, effects)
+}
+
+/// The earliest instant at which the core wants a `Tick`.
+pub fn next_deadline(state: &State) -> Option<Instant> {
+    state.next_deadline()
+}
+
+/// Scratch of one step.
+struct Step {
+    now: Instant,
+    out: Vec<Effect>,
+    dirty: BTreeSet<ModelKey>,
+}
+
+/// A view of one incarnation, for tests, the simulator and logs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IncarnationView {
+    pub key: ModelKey,
+    pub uid: Uid,
+    pub current: bool,
+    pub life: Life,
+    pub published: Published,
+    pub fetched: Fetched,
+    pub owned_dir: Option<String>,
+    pub busy: bool,
+}
+
+/// One readiness check and why it fails.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Check {
+    pub name: String,
+    pub ok: bool,
+    pub detail: String,
+}
+
+/// Readiness, as a pure function of state.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Readiness {
+    pub ready: bool,
+    pub checks: Vec<Check>,
+}
+
+impl State {
+    pub fn new(config: Config) -> State {
+        State {
+            prng: Prng::new(config.seed),
+            config: Arc::new(config),
+            effect_id_next: 1,
+            started: false,
+            slots: OrdMap::new(),
+            kinds: Default::default(),
+            node: None,
+            root: None,
+            inflight: OrdMap::new(),
+            timers: OrdSet::new(),
+            trash: OrdMap::new(),
+            drift_started: false,
+            snapshot_inflight: None,
+            orphan_check: None,
+            shutting_down: false,
+            stats: Stats::default(),
+        }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    pub fn shutting_down(&self) -> bool {
+        self.shutting_down
+    }
+
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.timers.get_min().map(|(t, _)| *t)
+    }
+
+    pub fn synced(&self, kind: Kind) -> bool {
+        self.kinds[kind.index()].synced
+    }
+
+    pub fn root(&self) -> Option<&RootProbe> {
+        self.root.as_ref()
+    }
+
+    pub fn inflight_count(&self) -> usize {
+        self.inflight.len()
+    }
+
+    /// Handle one input at `now`; returns the effects to execute, in order.
+    pub fn handle(&mut self, now: Instant, input: Input) -> Vec<Effect> {
+        let mut st = Step { now, out: Vec::new(), dirty: BTreeSet::new() };
+        if !self.started {
+            self.started = true;
+            self.set_timer(now, TimerKey::RootProbe);
+        }
+        self.on_input(&mut st, input);
+        self.fire_timers(&mut st);
+        self.settle(&mut st);
+        st.out
+    }
+
+    // ------------------------------------------------------------------------------------------
+    // Inputs
+    // ------------------------------------------------------------------------------------------
+
+    fn on_input(&mut self, st: &mut Step, input: Input) {
+        match input {
+            Input::Watch { kind, event } => self.on_watch(st, kind, event),
+            Input::NodeObserved(node) => {
+                if self.node.as_deref() != Some(&node) {
+                    self.node = Some(Arc::new(node));
+                    st.dirty.extend(self.slots.keys().cloned());
+                }
+            }
+            Input::LiveRead { id, result } => self.on_live_read(st, id, result),
+            Input::LiveList { id, result } => self.on_live_list(st, id, result),
+            Input::EffectDone { id, outcome } => self.on_effect_done(st, id, outcome),
+            Input::RootProbed { id, probe } => {
+                if matches!(self.inflight.get(&id), Some(Owner::RootProbe)) {
+                    self.inflight.remove(&id);
+                }
+                if self.root.as_ref() != Some(&probe) {
+                    self.root = Some(probe);
+                    st.dirty.extend(self.slots.keys().cloned());
+                }
+            }
+            Input::DriftObserved { id, snapshot } => {
+                if let Some(Owner::Snapshot { requested_at }) = self.inflight.get(&id).cloned() {
+                    self.inflight.remove(&id);
+                    self.snapshot_inflight = None;
+                    self.on_snapshot(st, requested_at, snapshot);
+                }
+            }
+            Input::Tick => {}
+            Input::Shutdown => self.shutting_down = true,
+        }
+    }
+
+    fn on_watch(&mut self, st: &mut Step, kind: Kind, event: WatchEvent) {
+        let sync = &mut self.kinds[kind.index()];
+        match event {
+            WatchEvent::Applied(obj) if obj.key.kind == kind => self.on_object(st, obj),
+            WatchEvent::Deleted(obj) if obj.key.kind == kind => {
+                let is_current = self.slots.get(&obj.key).and_then(|s| s.current.as_ref()).is_some_and(|c| c.uid() == &obj.uid);
+                if is_current {
+                    self.make_candidate(st, &obj.key, Cause::WatchDeleted);
+                }
+            }
+            WatchEvent::RelistStarted => sync.relisting = Some(OrdSet::new()),
+            WatchEvent::RelistItem(obj) if obj.key.kind == kind => {
+                if let Some(seen) = &mut sync.relisting {
+                    seen.insert(obj.key.clone());
+                }
+                self.on_object(st, obj);
+            }
+            WatchEvent::RelistDone => {
+                if let Some(seen) = sync.relisting.take() {
+                    let vanished: Vec<ModelKey> = self
+                        .slots
+                        .iter()
+                        .filter(|(k, s)| {
+                            k.kind == kind
+                                && !seen.contains(*k)
+                                && s.current.as_ref().is_some_and(|c| c.life == Life::Observed)
+                        })
+                        .map(|(k, _)| k.clone())
+                        .collect();
+                    for key in vanished {
+                        self.make_candidate(st, &key, Cause::RelistVanished);
+                    }
+                }
+                self.kinds[kind.index()].synced = true;
+                if !self.drift_started && Kind::ALL.iter().all(|k| self.kinds[k.index()].synced) {
+                    // The first snapshot comes as soon as every kind is synced: it tells what a
+                    // previous run left on the node.
+                    self.drift_started = true;
+                    self.set_timer(st.now, TimerKey::Drift);
+                }
+            }
+            // An object on the wrong stream: a shell bug. Ignored rather than guessed at.
+            WatchEvent::Applied(_) | WatchEvent::Deleted(_) | WatchEvent::RelistItem(_) => {}
+        }
+    }
+
+    /// An object seen alive (watch, relist or live read).
+    fn on_object(&mut self, st: &mut Step, obj: ModelObject) {
+        let key = obj.key.clone();
+        let obj = Arc::new(obj);
+        let now = st.now;
+        st.dirty.insert(key.clone());
+        let slot = self.slots.entry(key.clone()).or_insert_with(|| Slot {
+            label_key: Arc::from(wire::label_key(&key).as_str()),
+            cm_key: Arc::from(wire::configmap_key(&key).as_str()),
+            current: None,
+            former: Vec::new(),
+        });
+        let mut confirmed = Vec::new();
+        if let Some(inc) = slot.find_mut(&obj.uid) {
+            // A uid already known: refresh, unless it is confirmed gone (a stale view).
+            if !inc.is_confirmed() {
+                inc.obj = obj.clone();
+                if obj.deleting {
+                    confirm(inc, Confirmation::Deleting, &mut confirmed);
+                }
+            }
+        } else {
+            let mut inc = Incarnation::new(obj.clone(), now);
+            if obj.deleting {
+                confirm(&mut inc, Confirmation::Deleting, &mut confirmed);
+            }
+            if let Some(mut old) = slot.current.replace(inc) {
+                if old.life == Life::Observed {
+                    old.life = pending(Cause::UidChanged, now);
+                    self.stats.candidates += 1;
+                }
+                slot.former.push(old);
+            }
+        }
+        self.note_confirmed(st, confirmed);
+    }
+
+    fn make_candidate(&mut self, st: &mut Step, key: &ModelKey, cause: Cause) {
+        let Some(inc) = self.slots.get_mut(key).and_then(|s| s.current.as_mut()) else { return };
+        if inc.life == Life::Observed {
+            inc.life = pending(cause, st.now);
+            if cause != Cause::PlacementExit {
+                self.stats.candidates += 1;
+            }
+            st.dirty.insert(key.clone());
+        }
+    }
+
+    fn on_live_read(&mut self, st: &mut Step, id: EffectId, result: ReadResult) {
+        let Some(Owner::Get { key, deadline }) = self.inflight.get(&id).cloned() else { return };
+        self.inflight.remove(&id);
+        self.timers.remove(&(deadline, TimerKey::ReadDeadline(id)));
+        self.count_read(&result);
+        match result {
+            ReadResult::Failed(reason) => self.read_failed(st, id, std::slice::from_ref(&key), key.kind, &reason, false),
+            found_or_not => self.apply_read(st, id, &key, found_or_not),
+        }
+    }
+
+    fn on_live_list(&mut self, st: &mut Step, id: EffectId, result: ListResult) {
+        let Some(Owner::List { kind, keys, drift, deadline }) = self.inflight.get(&id).cloned() else { return };
+        self.inflight.remove(&id);
+        self.timers.remove(&(deadline, TimerKey::ReadDeadline(id)));
+        let sync = &mut self.kinds[kind.index()];
+        if sync.list_inflight == Some(id) {
+            sync.list_inflight = None;
+        }
+        match result {
+            ListResult::Failed(reason) => {
+                self.stats.reads_failed += 1;
+                self.read_failed(st, id, &keys, kind, &reason, true);
+                if drift {
+                    self.orphan_check = None;
+                }
+            }
+            ListResult::Listed(objects) => {
+                self.stats.reads_found += 1;
+                let by_key: BTreeMap<&ModelKey, &ModelObject> =
+                    objects.iter().filter(|o| o.key.kind == kind).map(|o| (&o.key, o)).collect();
+                for key in keys.iter() {
+                    let result = match by_key.get(key) {
+                        Some(obj) => ReadResult::Found((*obj).clone()),
+                        None => ReadResult::NotFound,
+                    };
+                    self.apply_read(st, id, key, result);
+                }
+                if drift {
+                    self.orphan_list_done(st, id, kind, objects);
+                }
+            }
+        }
+    }
+
+    fn count_read(&mut self, result: &ReadResult) {
+        match result {
+            ReadResult::Found(_) => self.stats.reads_found += 1,
+            ReadResult::NotFound => self.stats.reads_not_found += 1,
+            ReadResult::Failed(_) => self.stats.reads_failed += 1,
+        }
+    }
+
+    /// A read answered (Found or NotFound) every incarnation of `key` that awaits it.
+    fn apply_read(&mut self, st: &mut Step, id: EffectId, key: &ModelKey, result: ReadResult) {
+        let Some(slot) = self.slots.get_mut(key) else { return };
+        let mut confirmed = Vec::new();
+        let mut suppressed = Vec::new();
+        let mut revived_former = None;
+        let found = match &result {
+            ReadResult::Found(obj) if obj.key == *key => Some(Arc::new(obj.clone())),
+            _ => None,
+        };
+        let current_uid = slot.current.as_ref().map(|c| c.uid().clone());
+        for (i, inc) in slot.current.iter_mut().chain(slot.former.iter_mut()).enumerate() {
+            if !inc.awaits(id) {
+                continue;
+            }
+            let Life::PendingConfirm { cause, .. } = inc.life else { continue };
+            match &found {
+                None => confirm(inc, Confirmation::NotFound, &mut confirmed),
+                Some(obj) if obj.uid != *inc.uid() => confirm(inc, Confirmation::Replaced, &mut confirmed),
+                Some(obj) if obj.deleting => {
+                    inc.obj = obj.clone();
+                    confirm(inc, Confirmation::Deleting, &mut confirmed);
+                }
+                Some(obj) => {
+                    inc.obj = obj.clone();
+                    inc.life = Life::Observed;
+                    if cause == Cause::PlacementExit {
+                        inc.exit_confirmed = true;
+                    } else {
+                        suppressed.push((inc.uid().clone(), cause));
+                    }
+                    if i > 0 && current_uid.as_ref() != Some(inc.uid()) {
+                        revived_former = Some(inc.uid().clone());
+                    }
+                }
+            }
+        }
+        // The live object is the truth: an earlier uid found alive becomes current again, and the
+        // one that displaced it must now be confirmed in turn.
+        if let Some(uid) = revived_former {
+            let pos = slot.former.iter().position(|f| f.uid() == &uid).expect("revived former exists");
+            let revived = slot.former.remove(pos);
+            if let Some(mut displaced) = slot.current.replace(revived) {
+                if displaced.life == Life::Observed {
+                    displaced.life = pending(Cause::UidChanged, st.now);
+                    self.stats.candidates += 1;
+                }
+                slot.former.push(displaced);
+            }
+        }
+        st.dirty.insert(key.clone());
+        for (uid, cause) in suppressed {
+            self.stats.phantom_deletes_suppressed += 1;
+            st.out.push(self.note(Note::PhantomSuppressed { key: key.clone(), uid, cause }));
+        }
+        self.note_confirmed(st, confirmed);
+        // A uid this node never saw is the live object now: adopt it.
+        if let Some(obj) = found
+            && !obj.deleting
+            && self.slots.get(key).is_some_and(|s| s.all().all(|i| i.uid() != &obj.uid && i.is_confirmed()))
+        {
+            self.on_object(st, (*obj).clone());
+        }
+    }
+
+    fn read_failed(&mut self, st: &mut Step, id: EffectId, keys: &[ModelKey], kind: Kind, reason: &str, shared: bool) {
+        let config = self.config.clone();
+        // One delay for a whole LIST keeps its retry coalesced (O(kinds) calls, not O(models)).
+        let mut shared_delay = None;
+        let mut max_attempt = 0;
+        for key in keys {
+            let Some(slot) = self.slots.get_mut(key) else { continue };
+            for inc in slot.all_mut() {
+                if !inc.awaits(id) {
+                    continue;
+                }
+                let Life::PendingConfirm { attempt, read, .. } = &mut inc.life else { continue };
+                *attempt = attempt.saturating_add(1);
+                max_attempt = max_attempt.max(*attempt);
+                let delay = match (shared, shared_delay) {
+                    (true, Some(d)) => d,
+                    _ => {
+                        let d = backoff_ms(*attempt - 1, config.retry_delay_ms_min, config.retry_delay_ms_max, &mut self.prng);
+                        if shared {
+                            shared_delay = Some(d);
+                        }
+                        d
+                    }
+                };
+                *read = ReadState::Waiting { at: st.now.plus_ms(delay) };
+                st.dirty.insert(key.clone());
+            }
+        }
+        let retry_in_ms = shared_delay.unwrap_or_else(|| {
+            backoff_ms(max_attempt.saturating_sub(1), config.retry_delay_ms_min, config.retry_delay_ms_min, &mut Prng::new(0))
+        });
+        let key = (!shared).then(|| keys.first().cloned()).flatten();
+        st.out.push(self.note(Note::ReadFailed { key, kind, reason: reason.to_string(), retry_in_ms }));
+    }
+
+    fn on_effect_done(&mut self, st: &mut Step, id: EffectId, outcome: Outcome) {
+        let Some(owner) = self.inflight.get(&id).cloned() else { return };
+        let now = st.now;
+        match owner {
+            Owner::Inc { key, uid, what } => {
+                self.inflight.remove(&id);
+                let config = self.config.clone();
+                let Some(inc) = self.slots.get_mut(&key).and_then(|s| s.find_mut(&uid)) else { return };
+                inc.inflight = None;
+                inc.changed_at = now;
+                st.dirty.insert(key.clone());
+                match (outcome, what) {
+                    (Outcome::Done, what) => {
+                        inc.failures = 0;
+                        match what {
+                            IncOp::Publish { status, reason } => inc.published = Published::Status { status, reason },
+                            IncOp::Unpublish => inc.published = Published::Nothing,
+                            IncOp::Fetch { plan } => {
+                                if let Plan::Download { dest, .. } = &plan {
+                                    inc.owned_dir = dest.beneath_root.clone();
+                                }
+                                inc.fetched = Fetched::Done { plan };
+                            }
+                            IncOp::Trash { name } => {
+                                inc.owned_dir = None;
+                                let purge_at = now.plus_ms(config.trash_grace_ms);
+                                self.trash.insert(name.clone(), purge_at);
+                                self.set_timer(purge_at, TimerKey::Purge(name));
+                            }
+                        }
+                    }
+                    (Outcome::Failed(reason), IncOp::Fetch { plan }) => {
+                        // The model is Failed on this node (published next), and fetched again later.
+                        let delay = backoff_ms(inc.failures, config.retry_delay_ms_min, config.retry_delay_ms_max, &mut self.prng);
+                        inc.failures = inc.failures.saturating_add(1);
+                        inc.fetched = Fetched::Failed { plan, reason: Arc::from(reason.as_str()), retry_at: now.plus_ms(delay) };
+                        let note = Note::ModelFailed { key, uid, reason };
+                        st.out.push(self.note(note));
+                    }
+                    (Outcome::Failed(reason), _) => {
+                        let delay = backoff_ms(inc.failures, config.retry_delay_ms_min, config.retry_delay_ms_max, &mut self.prng);
+                        inc.failures = inc.failures.saturating_add(1);
+                        inc.blocked_until = Some(now.plus_ms(delay));
+                        self.stats.effects_failed += 1;
+                        st.out.push(self.note(Note::EffectFailed { id, reason, retry_in_ms: delay }));
+                    }
+                }
+            }
+            Owner::Purge { name } => {
+                self.inflight.remove(&id);
+                match outcome {
+                    Outcome::Done => {
+                        self.trash.remove(&name);
+                    }
+                    Outcome::Failed(reason) => {
+                        let delay = self.config.retry_delay_ms_max;
+                        self.trash.insert(name.clone(), now.plus_ms(delay));
+                        self.set_timer(now.plus_ms(delay), TimerKey::Purge(name));
+                        self.stats.effects_failed += 1;
+                        st.out.push(self.note(Note::EffectFailed { id, reason, retry_in_ms: delay }));
+                    }
+                }
+            }
+            Owner::Orphan => {
+                self.inflight.remove(&id);
+                match outcome {
+                    Outcome::Done => self.stats.orphans_removed += 1,
+                    // The next drift pass finds it again.
+                    Outcome::Failed(reason) => {
+                        self.stats.effects_failed += 1;
+                        let retry_in_ms = self.config.drift_period_ms;
+                        st.out.push(self.note(Note::EffectFailed { id, reason, retry_in_ms }));
+                    }
+                }
+            }
+            // Reads, probes and snapshots answer with their own inputs.
+            Owner::Get { .. } | Owner::List { .. } | Owner::RootProbe | Owner::Snapshot { .. } => {}
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------
+    // Drift
+    // ------------------------------------------------------------------------------------------
+
+    fn on_snapshot(&mut self, st: &mut Step, requested_at: Instant, snap: DriftSnapshot) {
+        let now = st.now;
+        let owned_by_uid: BTreeMap<&Uid, &OwnedDir> = snap.owned_dirs.iter().map(|d| (&d.uid, d)).collect();
+        let mut known_uids: BTreeSet<Uid> = BTreeSet::new();
+        let mut claimed_labels: BTreeSet<Arc<str>> = BTreeSet::new();
+        let mut claimed_entries: BTreeSet<Arc<str>> = BTreeSet::new();
+        let keys: Vec<ModelKey> = self.slots.keys().cloned().collect();
+        for key in keys {
+            let slot = self.slots.get_mut(&key).expect("key listed");
+            claimed_labels.insert(slot.label_key.clone());
+            claimed_entries.insert(slot.cm_key.clone());
+            let label = snap.labels.get(&*slot.label_key).and_then(|v| ModelStatus::parse(v));
+            let label_present = snap.labels.contains_key(&*slot.label_key);
+            let entry = snap.entries.get(&*slot.cm_key);
+            let has_current = slot.current.is_some();
+            for (i, inc) in slot.current.iter_mut().chain(slot.former.iter_mut()).enumerate() {
+                known_uids.insert(inc.uid().clone());
+                // Stale for this incarnation: something changed since the snapshot was asked for.
+                if inc.inflight.is_some() || inc.changed_at > requested_at {
+                    continue;
+                }
+                let label_is_its = i == 0 || !has_current;
+                let entry_is_its = entry.is_some_and(|e| e.uid.as_deref().is_none_or(|u| u == inc.uid().as_str()));
+                let seen_label = if label_is_its { label_present } else { false };
+                let observed = match (seen_label, entry_is_its) {
+                    (false, false) => Published::Nothing,
+                    (true, true) => {
+                        let entry_status = entry.and_then(|e| e.status);
+                        match (&inc.published, label, entry_status) {
+                            (Published::Status { status, .. }, Some(l), Some(e)) if *status == l && *status == e => {
+                                inc.published.clone()
+                            }
+                            _ => Published::Drifted,
+                        }
+                    }
+                    _ => Published::Drifted,
+                };
+                if observed != inc.published {
+                    inc.published = observed;
+                    st.dirty.insert(key.clone());
+                }
+                match (owned_by_uid.get(inc.uid()), &inc.fetched) {
+                    (Some(dir), _) if inc.owned_dir.is_none() => {
+                        inc.owned_dir = Some(dir.path.clone());
+                        st.dirty.insert(key.clone());
+                    }
+                    // Ready, but the weights are gone from disk: fetch again (#834's drift).
+                    (None, Fetched::Done { plan: Plan::Download { .. } }) => {
+                        inc.owned_dir = None;
+                        inc.fetched = Fetched::No;
+                        st.dirty.insert(key.clone());
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for name in &snap.trash {
+            if !self.trash.contains_key(name) {
+                let purge_at = now.plus_ms(self.config.trash_grace_ms);
+                self.trash.insert(name.clone(), purge_at);
+                self.set_timer(purge_at, TimerKey::Purge(name.clone()));
+            }
+        }
+        // Orphans: what no known model claims. Only fresh LISTs of every kind can make them
+        // removable; a snapshot alone never removes anything.
+        let check = OrphanCheck {
+            labels: snap.labels.keys().filter(|l| wire::is_model_label(l) && !claimed_labels.contains(l.as_str())).cloned().collect(),
+            entries: snap
+                .entries
+                .iter()
+                .filter(|(k, e)| {
+                    !claimed_entries.contains(k.as_str())
+                        || e.uid.as_ref().is_some_and(|u| !known_uids.contains(&Uid::new(u)))
+                })
+                .map(|(k, e)| (k.clone(), e.uid.clone()))
+                .collect(),
+            dirs: snap.owned_dirs.iter().filter(|d| !known_uids.contains(&d.uid)).cloned().collect(),
+            ..OrphanCheck::default()
+        };
+        let any = !check.labels.is_empty() || !check.entries.is_empty() || !check.dirs.is_empty();
+        if any && !self.shutting_down && self.orphan_check.is_none() {
+            let mut check = check;
+            for kind in Kind::ALL {
+                check.lists[kind.index()] = Some(self.issue_list(st, kind, true));
+            }
+            self.orphan_check = Some(Arc::new(check));
+        }
+    }
+
+    fn orphan_list_done(&mut self, st: &mut Step, id: EffectId, kind: Kind, objects: Vec<ModelObject>) {
+        let Some(check) = self.orphan_check.as_mut() else { return };
+        if check.lists[kind.index()] != Some(id) {
+            return;
+        }
+        Arc::make_mut(check).listed[kind.index()] = Some(Arc::new(objects));
+        if check.listed.iter().any(Option::is_none) {
+            return;
+        }
+        let check = self.orphan_check.take().expect("checked above");
+        if self.shutting_down {
+            return;
+        }
+        let listed = check.listed.iter().flatten().flat_map(|v| v.iter());
+        let mut labels = BTreeSet::new();
+        let mut entries = BTreeSet::new();
+        let mut uids = BTreeSet::new();
+        for obj in listed {
+            labels.insert(wire::label_key(&obj.key));
+            entries.insert(wire::configmap_key(&obj.key));
+            uids.insert(obj.uid.clone());
+        }
+        for slot in self.slots.values() {
+            labels.insert(slot.label_key.to_string());
+            entries.insert(slot.cm_key.to_string());
+            uids.extend(slot.all().map(|i| i.uid().clone()));
+        }
+        for label_key in check.labels.iter().filter(|l| !labels.contains(*l)) {
+            self.emit(st, Op::RemoveOrphanLabel { label_key: label_key.clone() }, Some(Owner::Orphan));
+        }
+        for (cm_key, uid) in &check.entries {
+            let orphan = match uid {
+                Some(u) => !uids.contains(&Uid::new(u)),
+                None => !entries.contains(cm_key),
+            };
+            if orphan {
+                self.emit(st, Op::RemoveOrphanEntry { cm_key: cm_key.clone(), uid: uid.clone() }, Some(Owner::Orphan));
+            }
+        }
+        for dir in check.dirs.iter().filter(|d| !uids.contains(&d.uid)) {
+            let trash_name = format!("{}-{}", dir.uid, st.now.as_ms());
+            let op = Op::TrashDir { key: None, uid: dir.uid.clone(), path: dir.path.clone(), trash_name };
+            self.emit(st, op, Some(Owner::Orphan));
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------
+    // Timers
+    // ------------------------------------------------------------------------------------------
+
+    fn set_timer(&mut self, at: Instant, key: TimerKey) {
+        self.timers.insert((at, key));
+    }
+
+    fn fire_timers(&mut self, st: &mut Step) {
+        while let Some((at, key)) = self.timers.get_min().cloned() {
+            if at > st.now {
+                break;
+            }
+            self.timers.remove(&(at, key.clone()));
+            match key {
+                TimerKey::Inc(key, uid) => {
+                    if let Some(inc) = self.slots.get_mut(&key).and_then(|s| s.find_mut(&uid)) {
+                        inc.timer_at = None;
+                        inc.wake(st.now);
+                        st.dirty.insert(key);
+                    }
+                }
+                TimerKey::ReadDeadline(id) => self.read_timed_out(st, id),
+                TimerKey::RootProbe => {
+                    self.emit(st, Op::ProbeRoot, Some(Owner::RootProbe));
+                    self.set_timer(st.now.plus_ms(self.config.root_probe_period_ms), TimerKey::RootProbe);
+                }
+                TimerKey::Drift => {
+                    if self.snapshot_inflight.is_none() {
+                        let id = self.emit(st, Op::Snapshot, Some(Owner::Snapshot { requested_at: st.now }));
+                        self.snapshot_inflight = Some(id);
+                    }
+                    let period = self.config.drift_period_ms;
+                    let jitter = self.prng.up_to(period / 10);
+                    self.set_timer(st.now.plus_ms(period - jitter), TimerKey::Drift);
+                }
+                TimerKey::Purge(name) => {
+                    let due = self.trash.get(&name).is_some_and(|t| *t <= st.now);
+                    if due && !self.shutting_down {
+                        self.emit(st, Op::PurgeTrash { name: name.clone() }, Some(Owner::Purge { name }));
+                    }
+                }
+            }
+        }
+    }
+
+    fn read_timed_out(&mut self, st: &mut Step, id: EffectId) {
+        let reason = format!("live read timed out after {} ms", self.config.live_read_timeout_ms);
+        match self.inflight.get(&id).cloned() {
+            Some(Owner::Get { key, .. }) => {
+                self.inflight.remove(&id);
+                self.stats.reads_timed_out += 1;
+                self.stats.reads_failed += 1;
+                self.read_failed(st, id, std::slice::from_ref(&key), key.kind, &reason, false);
+            }
+            Some(Owner::List { kind, keys, drift, .. }) => {
+                self.inflight.remove(&id);
+                if self.kinds[kind.index()].list_inflight == Some(id) {
+                    self.kinds[kind.index()].list_inflight = None;
+                }
+                self.stats.reads_timed_out += 1;
+                self.stats.reads_failed += 1;
+                self.read_failed(st, id, &keys, kind, &reason, true);
+                if drift {
+                    self.orphan_check = None;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------
+    // Settling a step: re-reads, reads, next effects, timers
+    // ------------------------------------------------------------------------------------------
+
+    fn settle(&mut self, st: &mut Step) {
+        let dirty: Vec<ModelKey> = std::mem::take(&mut st.dirty).into_iter().collect();
+        for key in &dirty {
+            self.check_placement_exit(st, key);
+            self.reindex(key);
+        }
+        let mut touched = self.issue_reads(st);
+        touched.extend(dirty);
+        touched.sort();
+        touched.dedup();
+        for key in &touched {
+            self.drive(st, key);
+            self.reindex(key);
+            self.sync_timers(key);
+        }
+        // Drive may confirm nothing new, but placement exits found while driving wait for the
+        // next step's reads; keep the dirty set empty for the next input.
+        debug_assert!(st.dirty.is_empty() || st.dirty.iter().all(|k| touched.contains(k)));
+    }
+
+    /// A model that no longer places here but may have something on the node: re-read it
+    /// before anything is withdrawn.
+    fn check_placement_exit(&mut self, st: &mut Step, key: &ModelKey) {
+        let node = self.node.clone();
+        let Some(inc) = self.slots.get_mut(key).and_then(|s| s.current.as_mut()) else { return };
+        if inc.life != Life::Observed {
+            return;
+        }
+        match eligible_now(inc, node.as_deref()) {
+            Some(true) => inc.exit_confirmed = false,
+            Some(false) if !inc.exit_confirmed => {
+                let something_here = !matches!(inc.published, Published::Nothing | Published::Unknown)
+                    || inc.owned_dir.is_some()
+                    || inc.inflight.is_some();
+                if something_here {
+                    self.make_candidate(st, key, Cause::PlacementExit);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn reindex(&mut self, key: &ModelKey) {
+        let (pending, due) = match self.slots.get(key) {
+            Some(slot) => (slot.all().any(Incarnation::is_pending), slot.all().any(Incarnation::read_due)),
+            None => (false, false),
+        };
+        let sync = &mut self.kinds[key.kind.index()];
+        if pending {
+            sync.pending.insert(key.clone());
+        } else {
+            sync.pending.remove(key);
+        }
+        if due {
+            sync.due.insert(key.clone());
+        } else {
+            sync.due.remove(key);
+        }
+    }
+
+    /// Issue the reads that are due: one LIST per kind when enough keys are due (or one is in
+    /// flight already and will be followed by another), else one GET per key.
+    fn issue_reads(&mut self, st: &mut Step) -> Vec<ModelKey> {
+        let mut touched = Vec::new();
+        for kind in Kind::ALL {
+            let sync = &self.kinds[kind.index()];
+            if sync.due.is_empty() || sync.list_inflight.is_some() {
+                // A LIST in flight does not answer candidates made after it was sent: they are
+                // read when it returns.
+                continue;
+            }
+            if sync.due.len() >= self.config.coalesce_keys_min {
+                touched.extend(sync.pending.iter().cloned());
+                self.issue_list(st, kind, false);
+            } else {
+                let keys: Vec<ModelKey> = sync.due.iter().cloned().collect();
+                for key in keys {
+                    let deadline = st.now.plus_ms(self.config.live_read_timeout_ms);
+                    let id = self.emit(st, Op::LiveGet { key: key.clone() }, Some(Owner::Get { key: key.clone(), deadline }));
+                    self.set_timer(deadline, TimerKey::ReadDeadline(id));
+                    self.stats.live_gets += 1;
+                    if let Some(slot) = self.slots.get_mut(&key) {
+                        for inc in slot.all_mut().filter(|i| i.read_due()) {
+                            set_read(inc, ReadState::InFlight { id });
+                        }
+                    }
+                    touched.push(key);
+                }
+            }
+        }
+        for key in &touched {
+            self.reindex(key);
+        }
+        touched
+    }
+
+    /// A quorum LIST of `kind` that answers every incarnation of the kind pending now whose read
+    /// is not in flight (due or backing off: answering early is harmless).
+    fn issue_list(&mut self, st: &mut Step, kind: Kind, drift: bool) -> EffectId {
+        let keys: Vec<ModelKey> = self.kinds[kind.index()].pending.iter().cloned().collect();
+        let deadline = st.now.plus_ms(self.config.live_read_timeout_ms);
+        let id = self.effect_id();
+        let mut covered = Vec::new();
+        for key in &keys {
+            let Some(slot) = self.slots.get_mut(key) else { continue };
+            let mut any = false;
+            for inc in slot.all_mut() {
+                if matches!(inc.life, Life::PendingConfirm { read: ReadState::Due | ReadState::Waiting { .. }, .. }) {
+                    set_read(inc, ReadState::InFlight { id });
+                    any = true;
+                }
+            }
+            if any {
+                covered.push(key.clone());
+                st.dirty.insert(key.clone());
+            }
+        }
+        let owner = Owner::List { kind, keys: Arc::new(covered), drift, deadline };
+        self.inflight.insert(id, owner);
+        st.out.push(Effect { id, op: Op::LiveList { kind } });
+        self.set_timer(deadline, TimerKey::ReadDeadline(id));
+        self.kinds[kind.index()].list_inflight = Some(id);
+        self.stats.live_lists += 1;
+        id
+    }
+
+    /// Emit the next effect of every incarnation of `key` that is free to act, and drop the
+    /// incarnations that are confirmed gone and fully cleaned up.
+    fn drive(&mut self, st: &mut Step, key: &ModelKey) {
+        let Some(slot) = self.slots.get(key) else { return };
+        let label_value = self.node.as_ref().and_then(|n| n.labels.get(&*slot.label_key));
+        let mut actions: Vec<(Uid, Op, IncOp)> = Vec::new();
+        let mut finished: Vec<Uid> = Vec::new();
+        let former_owns_dir =
+            slot.former.iter().any(|f| f.owned_dir.is_some() && !f.obj.spec().is_some_and(|s| s.reserve_artifact));
+        for inc in slot.all() {
+            if inc.inflight.is_some() || inc.blocked_until.is_some_and(|t| t > st.now) {
+                continue;
+            }
+            let is_current = slot.current.as_ref().is_some_and(|c| c.uid() == inc.uid());
+            let label_fenced = slot.current.as_ref().is_some_and(|c| c.uid() != inc.uid() && c.claims_label());
+            let ctx = Context {
+                node: self.node.as_deref(),
+                root: self.root.as_ref(),
+                models_root: &self.config.models_root,
+                label_fenced,
+                former_owns_dir: is_current && former_owns_dir,
+                label_is_ready: label_value.is_some_and(|v| v == ModelStatus::Ready.as_str()),
+            };
+            let want = want(inc, &ctx);
+            match next_op(key, slot, inc, &want, &ctx, st.now) {
+                Some((op, _)) if self.shutting_down && op.is_destructive() => {}
+                Some((op, what)) => actions.push((inc.uid().clone(), op, what)),
+                None if inc.is_confirmed() => finished.push(inc.uid().clone()),
+                None => {}
+            }
+        }
+        for (uid, op, what) in actions {
+            if let (Op::Publish { key, uid, entry, .. }, IncOp::Publish { status: ModelStatus::Failed, reason }) = (&op, &what) {
+                let note = Note::ModelFailed {
+                    key: key.clone(),
+                    uid: uid.clone(),
+                    reason: reason.as_deref().map(str::to_string).unwrap_or_else(|| entry.status.as_str().into()),
+                };
+                st.out.push(self.note(note));
+            }
+            let owner = Owner::Inc { key: key.clone(), uid: uid.clone(), what };
+            let id = self.emit(st, op, Some(owner));
+            if let Some(inc) = self.slots.get_mut(key).and_then(|s| s.find_mut(&uid)) {
+                inc.inflight = Some(id);
+            }
+        }
+        if !finished.is_empty() {
+            let slot = self.slots.get_mut(key).expect("slot exists");
+            for uid in &finished {
+                let timer_at = slot.all().find(|i| i.uid() == uid).and_then(|i| i.timer_at);
+                if slot.current.as_ref().is_some_and(|c| c.uid() == uid) {
+                    slot.current = None;
+                } else {
+                    slot.former.retain(|f| f.uid() != uid);
+                }
+                if let Some(at) = timer_at {
+                    self.timers.remove(&(at, TimerKey::Inc(key.clone(), uid.clone())));
+                }
+                self.stats.cleanups_done += 1;
+            }
+            if self.slots.get(key).is_some_and(Slot::is_empty) {
+                self.slots.remove(key);
+            }
+        }
+    }
+
+    fn sync_timers(&mut self, key: &ModelKey) {
+        let Some(slot) = self.slots.get_mut(key) else { return };
+        let mut changes = Vec::new();
+        for inc in slot.all_mut() {
+            let want = inc.wake_at();
+            if want != inc.timer_at {
+                changes.push((inc.timer_at, want, inc.uid().clone()));
+                inc.timer_at = want;
+            }
+        }
+        for (old, new, uid) in changes {
+            if let Some(at) = old {
+                self.timers.remove(&(at, TimerKey::Inc(key.clone(), uid.clone())));
+            }
+            if let Some(at) = new {
+                self.timers.insert((at, TimerKey::Inc(key.clone(), uid)));
+            }
+        }
+    }
+
+    fn effect_id(&mut self) -> EffectId {
+        let id = EffectId(self.effect_id_next);
+        self.effect_id_next += 1;
+        id
+    }
+
+    fn emit(&mut self, st: &mut Step, op: Op, owner: Option<Owner>) -> EffectId {
+        debug_assert!(!(self.shutting_down && op.is_destructive()), "destructive effect after shutdown: {op:?}");
+        let id = self.effect_id();
+        if let Some(owner) = owner {
+            self.inflight.insert(id, owner);
+        }
+        st.out.push(Effect { id, op });
+        id
+    }
+
+    fn note(&mut self, note: Note) -> Effect {
+        Effect { id: self.effect_id(), op: Op::Note(note) }
+    }
+
+    fn note_confirmed(&mut self, st: &mut Step, confirmed: Vec<(ModelKey, Uid, Confirmation)>) {
+        for (key, uid, confirmation) in confirmed {
+            self.stats.deletes_confirmed += 1;
+            st.dirty.insert(key.clone());
+            st.out.push(self.note(Note::DeleteConfirmed { key, uid, confirmation }));
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------
+    // Views
+    // ------------------------------------------------------------------------------------------
+
+    pub fn incarnations(&self) -> Vec<IncarnationView> {
+        let mut out = Vec::new();
+        for (key, slot) in &self.slots {
+            for (i, inc) in slot.current.iter().chain(slot.former.iter()).enumerate() {
+                out.push(IncarnationView {
+                    key: key.clone(),
+                    uid: inc.uid().clone(),
+                    current: i == 0 && slot.current.is_some(),
+                    life: inc.life.clone(),
+                    published: inc.published.clone(),
+                    fetched: inc.fetched.clone(),
+                    owned_dir: inc.owned_dir.clone(),
+                    busy: inc.inflight.is_some(),
+                });
+            }
+        }
+        out
+    }
+
+    pub fn incarnation(&self, key: &ModelKey, uid: &Uid) -> Option<IncarnationView> {
+        self.incarnations().into_iter().find(|v| &v.key == key && &v.uid == uid)
+    }
+
+    pub fn model_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Pending confirmations: how many, and since when the oldest waits.
+    pub fn pending_confirmations(&self) -> (usize, Option<Instant>) {
+        let mut count = 0;
+        let mut oldest: Option<Instant> = None;
+        for kind in Kind::ALL {
+            for key in self.kinds[kind.index()].pending.iter() {
+                for inc in self.slots.get(key).into_iter().flat_map(Slot::all) {
+                    if let Life::PendingConfirm { since, cause, .. } = inc.life
+                        && cause != Cause::PlacementExit
+                    {
+                        count += 1;
+                        oldest = Some(oldest.map_or(since, |o| o.min(since)));
+                    }
+                }
+            }
+        }
+        (count, oldest)
+    }
+
+    /// Models eligible here that download, i.e. that need a writable models root.
+    pub fn models_needing_write(&self) -> Vec<ModelKey> {
+        let node = self.node.as_deref();
+        self.slots
+            .iter()
+            .filter_map(|(key, slot)| {
+                let inc = slot.current.as_ref()?;
+                let downloads = inc.obj.spec().and_then(|s| s.uri.as_ref().ok()).is_some_and(|u| u.downloads());
+                (downloads && !inc.is_confirmed() && eligible_now(inc, node) == Some(true)).then(|| key.clone())
+            })
+            .collect()
+    }
+
+    /// Ready iff the first list of every kind completed and the models root exists, is a
+    /// readable directory, and is writable when (and only when) write access is required.
+    pub fn readiness(&self) -> Readiness {
+        let mut checks = Vec::new();
+        for kind in Kind::ALL {
+            let synced = self.synced(kind);
+            checks.push(Check {
+                name: format!("{}-synced", kind.plural()),
+                ok: synced,
+                detail: if synced { "first list completed".into() } else { "waiting for the first list".into() },
+            });
+        }
+        let root_path = &self.config.models_root;
+        let (root_ok, root_detail) = match &self.root {
+            None => (false, format!("models root {root_path} not probed yet")),
+            Some(p) if !p.exists => (false, format!("models root {root_path} does not exist ({})", p.detail)),
+            Some(p) if !p.is_dir => (false, format!("models root {root_path} is not a directory")),
+            Some(p) if !p.readable => (false, format!("models root {root_path} is not readable ({})", p.detail)),
+            Some(_) => (true, format!("models root {root_path} is a readable directory")),
+        };
+        checks.push(Check { name: "models-root".into(), ok: root_ok, detail: root_detail });
+        let needing = self.models_needing_write();
+        let required = match self.config.write_check {
+            WriteCheck::Always => Some("--models-root-write-check=always".to_string()),
+            WriteCheck::Never => None,
+            WriteCheck::Auto if needing.is_empty() => None,
+            WriteCheck::Auto => {
+                let names: Vec<String> = needing.iter().take(5).map(ToString::to_string).collect();
+                let more = if needing.len() > 5 { format!(" and {} more", needing.len() - 5) } else { String::new() };
+                Some(format!("models that download are placed here: {}{more}", names.join(", ")))
+            }
+        };
+        let writable = self.root.as_ref().is_some_and(|p| p.writable);
+        let (ok, detail) = match (required, writable) {
+            (None, true) => (true, "write access not required; models root is writable".to_string()),
+            (None, false) => (true, "write access not required; models root is read-only".to_string()),
+            (Some(why), true) => (true, format!("write access required ({why}); models root is writable")),
+            (Some(why), false) => {
+                let d = self.root.as_ref().map(|p| p.detail.as_str()).filter(|d| !d.is_empty());
+                let d = d.map(|d| format!(" ({d})")).unwrap_or_default();
+                (false, format!("models root {root_path} is read-only{d} but write access is required: {why}"))
+            }
+        };
+        checks.push(Check { name: "models-root-writable".into(), ok, detail });
+        Readiness { ready: checks.iter().all(|c| c.ok), checks }
+    }
+}
+
+fn pending(cause: Cause, now: Instant) -> Life {
+    Life::PendingConfirm { cause, attempt: 0, since: now, read: ReadState::Due }
+}
+
+fn set_read(inc: &mut Incarnation, state: ReadState) {
+    if let Life::PendingConfirm { read, .. } = &mut inc.life {
+        *read = state;
+    }
+}
+
+fn confirm(inc: &mut Incarnation, confirmation: Confirmation, out: &mut Vec<(ModelKey, Uid, Confirmation)>) {
+    if inc.is_confirmed() {
+        return;
+    }
+    inc.life = Life::Confirmed { confirmation };
+    out.push((inc.obj.key.clone(), inc.uid().clone(), confirmation));
+}
+
+#[cfg(test)]
+mod tests;

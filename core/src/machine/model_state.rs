@@ -1,0 +1,347 @@
+//! Per-model records: one `Slot` per name, holding the current incarnation (uid) and earlier
+//! ones still awaiting confirmation or cleanup; and the pure decision of what each needs next.
+
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+use super::io::{Cause, Confirmation, EffectId, Op, RootProbe};
+use crate::dest_path::{DestPath, dest_path};
+use crate::model::{ModelKey, ModelObject, Uid};
+use crate::placement::{NodeView, placement};
+use crate::storage_uri::Provisioning;
+use crate::time::Instant;
+use crate::wire::{ModelEntry, ModelStatus};
+
+/// Where an incarnation stands on existence. (A `Suppressed` candidate — a live read found the
+/// same uid alive — goes straight back to `Observed` in the same step; it is counted and noted.)
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Life {
+    Observed,
+    PendingConfirm { cause: Cause, attempt: u32, since: Instant, read: ReadState },
+    /// Gone for good (uids are never reused): cleanup runs, then the record is dropped.
+    Confirmed { confirmation: Confirmation },
+}
+
+/// The live read of a pending incarnation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReadState {
+    /// To be read now (a GET, or part of a LIST).
+    Due,
+    /// Backing off after a failed read.
+    Waiting { at: Instant },
+    /// Answered only by the read with this id: a read issued before the candidate never answers it.
+    InFlight { id: EffectId },
+}
+
+/// What this agent believes is on the wire (node label and ConfigMap entry) for an incarnation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Published {
+    /// Not known yet (after a start, before the first snapshot).
+    Unknown,
+    Nothing,
+    Status { status: ModelStatus, reason: Option<Arc<str>> },
+    /// Something is there that is not what the agent wrote (a snapshot disagreed).
+    Drifted,
+}
+
+/// The fetch (verify or download) of the weights.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Fetched {
+    No,
+    Done { plan: Plan },
+    Failed { plan: Plan, reason: Arc<str>, retry_at: Instant },
+}
+
+/// How the weights are made available; a changed plan (new URI or path) fetches again.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Plan {
+    Verify { path: String },
+    Download { storage_uri: String, dest: DestPath },
+}
+
+/// One object incarnation (one uid) and its progress on this node.
+#[derive(Clone, Debug)]
+pub struct Incarnation {
+    pub obj: Arc<ModelObject>,
+    pub life: Life,
+    pub published: Published,
+    pub fetched: Fetched,
+    /// Directory beneath the models root that this agent downloaded for this uid.
+    pub owned_dir: Option<String>,
+    /// A live read confirmed the model no longer places here: withdraw.
+    pub exit_confirmed: bool,
+    pub inflight: Option<EffectId>,
+    /// Consecutive failed effects, for backoff; reset on success.
+    pub failures: u32,
+    pub blocked_until: Option<Instant>,
+    /// When this incarnation last changed by an effect outcome or was created (snapshot staleness).
+    pub changed_at: Instant,
+    /// The instant registered in the timer set for this incarnation.
+    pub timer_at: Option<Instant>,
+}
+
+impl Incarnation {
+    pub fn new(obj: Arc<ModelObject>, now: Instant) -> Incarnation {
+        Incarnation {
+            obj,
+            life: Life::Observed,
+            published: Published::Unknown,
+            fetched: Fetched::No,
+            owned_dir: None,
+            exit_confirmed: false,
+            inflight: None,
+            failures: 0,
+            blocked_until: None,
+            changed_at: now,
+            timer_at: None,
+        }
+    }
+
+    pub fn uid(&self) -> &Uid {
+        &self.obj.uid
+    }
+
+    pub fn awaits(&self, id: EffectId) -> bool {
+        matches!(self.life, Life::PendingConfirm { read: ReadState::InFlight { id: r }, .. } if r == id)
+    }
+
+    pub fn read_due(&self) -> bool {
+        matches!(self.life, Life::PendingConfirm { read: ReadState::Due, .. })
+    }
+
+    pub fn is_pending(&self) -> bool {
+        matches!(self.life, Life::PendingConfirm { .. })
+    }
+
+    pub fn is_confirmed(&self) -> bool {
+        matches!(self.life, Life::Confirmed { .. })
+    }
+
+    /// Might this incarnation have a label on the node? Conservative: unknown counts as yes.
+    pub fn claims_label(&self) -> bool {
+        !matches!(self.published, Published::Nothing) || self.inflight.is_some()
+    }
+
+    /// The earliest instant this incarnation wants to be woken at.
+    pub fn wake_at(&self) -> Option<Instant> {
+        let read = match self.life {
+            Life::PendingConfirm { read: ReadState::Waiting { at }, .. } => Some(at),
+            _ => None,
+        };
+        let fetch = match self.fetched {
+            Fetched::Failed { retry_at, .. } => Some(retry_at),
+            _ => None,
+        };
+        [read, self.blocked_until, fetch].into_iter().flatten().min()
+    }
+
+    /// Wake: timers that have passed move their state on.
+    pub fn wake(&mut self, now: Instant) {
+        if let Life::PendingConfirm { read: read @ ReadState::Waiting { .. }, .. } = &mut self.life
+            && matches!(read, ReadState::Waiting { at } if *at <= now)
+        {
+            *read = ReadState::Due;
+        }
+        if self.blocked_until.is_some_and(|t| t <= now) {
+            self.blocked_until = None;
+        }
+        if matches!(self.fetched, Fetched::Failed { retry_at, .. } if retry_at <= now) {
+            self.fetched = Fetched::No;
+        }
+    }
+}
+
+/// All incarnations that share one name.
+#[derive(Clone, Debug)]
+pub struct Slot {
+    pub label_key: Arc<str>,
+    pub cm_key: Arc<str>,
+    /// The newest uid seen under this name.
+    pub current: Option<Incarnation>,
+    /// Older uids: pending confirmation or being cleaned up. Not bounded by a number: each is a
+    /// distinct object that existed, and each leaves once confirmed and cleaned.
+    pub former: Vec<Incarnation>,
+}
+
+impl Slot {
+    pub fn is_empty(&self) -> bool {
+        self.current.is_none() && self.former.is_empty()
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = &Incarnation> {
+        self.current.iter().chain(self.former.iter())
+    }
+
+    pub fn all_mut(&mut self) -> impl Iterator<Item = &mut Incarnation> {
+        self.current.iter_mut().chain(self.former.iter_mut())
+    }
+
+    pub fn find_mut(&mut self, uid: &Uid) -> Option<&mut Incarnation> {
+        self.all_mut().find(|i| i.uid() == uid)
+    }
+}
+
+/// What an incarnation should look like on this node.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Want {
+    /// Leave things as they are (pending, not yet known).
+    Hold,
+    /// Nothing of this uid should remain: label, entry, owned directory.
+    Absent,
+    Failed(String),
+    Ready,
+    Fetch(Plan),
+}
+
+/// What the whole state contributes to one decision.
+pub struct Context<'a> {
+    pub node: Option<&'a NodeView>,
+    pub root: Option<&'a RootProbe>,
+    pub models_root: &'a str,
+    /// Another incarnation of this name claims the node label: do not remove it.
+    pub label_fenced: bool,
+    /// An earlier incarnation still has a directory to move away first.
+    pub former_owns_dir: bool,
+    /// The node label for this name reads Ready already.
+    pub label_is_ready: bool,
+}
+
+/// Is the model placed on this node now? `None` when that cannot be known yet.
+pub fn eligible_now(inc: &Incarnation, node: Option<&NodeView>) -> Option<bool> {
+    let node = node?;
+    match inc.obj.spec() {
+        Some(spec) => Some(placement(spec, node).is_eligible()),
+        // A malformed spec is reported Failed everywhere: that is the clear error.
+        None => Some(true),
+    }
+}
+
+pub fn want(inc: &Incarnation, ctx: &Context) -> Want {
+    match inc.life {
+        Life::Confirmed { .. } => return Want::Absent,
+        Life::PendingConfirm { .. } => return Want::Hold,
+        Life::Observed => {}
+    }
+    let Some(node) = ctx.node else { return Want::Hold };
+    let spec = match &inc.obj.spec {
+        Err(reason) => return Want::Failed(format!("invalid model: {reason}")),
+        Ok(spec) => spec,
+    };
+    if !placement(spec, node).is_eligible() {
+        return if inc.exit_confirmed { Want::Absent } else { Want::Hold };
+    }
+    let uri = match &spec.uri {
+        Err(reason) => return Want::Failed(reason.clone()),
+        Ok(uri) => uri,
+    };
+    let dest = match dest_path(spec, ctx.models_root) {
+        Err(reason) => return Want::Failed(reason),
+        Ok(dest) => dest,
+    };
+    match (uri.provisioning(), dest) {
+        (Provisioning::Nothing, _) => Want::Ready,
+        (Provisioning::NotOnNodes, _) => Want::Hold,
+        (Provisioning::VerifyLocal, Some(dest)) => Want::Fetch(Plan::Verify { path: dest.absolute }),
+        (Provisioning::Download, Some(dest)) => match ctx.root {
+            None => Want::Hold,
+            Some(root) if !root.writable => Want::Failed(read_only_reason(ctx.models_root, root, uri.scheme())),
+            Some(_) if ctx.former_owns_dir => Want::Hold,
+            Some(_) => Want::Fetch(Plan::Download { storage_uri: spec.storage_uri.clone(), dest }),
+        },
+        (_, None) => Want::Failed("no destination path".into()),
+    }
+}
+
+pub fn read_only_reason(models_root: &str, root: &RootProbe, scheme: &str) -> String {
+    let detail = if root.detail.is_empty() { String::new() } else { format!(" ({})", root.detail) };
+    format!("models root {models_root} is read-only{detail}; {scheme}:// models need write access to download")
+}
+
+/// What an effect in flight does for its incarnation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IncOp {
+    Publish { status: ModelStatus, reason: Option<Arc<str>> },
+    Unpublish,
+    Fetch { plan: Plan },
+    Trash { name: String },
+}
+
+/// The next effect an incarnation needs, if any. Pure.
+pub fn next_op(key: &ModelKey, slot: &Slot, inc: &Incarnation, want: &Want, ctx: &Context, now: Instant) -> Option<(Op, IncOp)> {
+    let publish = |status: ModelStatus, reason: Option<&str>| -> Option<(Op, IncOp)> {
+        let reason: Option<Arc<str>> = reason.map(Arc::from);
+        let target = Published::Status { status, reason: reason.clone() };
+        if inc.published == target {
+            return None;
+        }
+        let entry = ModelEntry {
+            uid: Some(inc.uid().as_str().to_string()),
+            reason: reason.as_deref().map(str::to_string),
+            ..ModelEntry::new(&key.name, status)
+        };
+        let op = Op::Publish {
+            key: key.clone(),
+            uid: inc.uid().clone(),
+            label_key: slot.label_key.to_string(),
+            label: Some(status),
+            cm_key: slot.cm_key.to_string(),
+            entry,
+        };
+        Some((op, IncOp::Publish { status, reason }))
+    };
+    match want {
+        Want::Hold => None,
+        Want::Absent => {
+            if inc.published != Published::Nothing {
+                let op = Op::Unpublish {
+                    key: key.clone(),
+                    uid: inc.uid().clone(),
+                    label_key: slot.label_key.to_string(),
+                    remove_label: !ctx.label_fenced,
+                    cm_key: slot.cm_key.to_string(),
+                };
+                return Some((op, IncOp::Unpublish));
+            }
+            let reserved = inc.obj.spec().is_some_and(|s| s.reserve_artifact);
+            match &inc.owned_dir {
+                Some(path) if !reserved => {
+                    let name = format!("{}-{}", inc.uid(), now.as_ms());
+                    let op = Op::TrashDir {
+                        key: Some(key.clone()),
+                        uid: inc.uid().clone(),
+                        path: path.clone(),
+                        trash_name: name.clone(),
+                    };
+                    Some((op, IncOp::Trash { name }))
+                }
+                _ => None,
+            }
+        }
+        Want::Failed(reason) => publish(ModelStatus::Failed, Some(reason)),
+        Want::Ready => publish(ModelStatus::Ready, None),
+        Want::Fetch(plan) => match &inc.fetched {
+            Fetched::Done { plan: done } if done == plan => publish(ModelStatus::Ready, None),
+            Fetched::Failed { plan: failed, reason, .. } if failed == plan => publish(ModelStatus::Failed, Some(reason)),
+            _ => {
+                let settled = matches!(
+                    inc.published,
+                    Published::Status { status: ModelStatus::Updating | ModelStatus::Failed, .. }
+                );
+                let already_ready = inc.published == Published::Unknown && ctx.label_is_ready;
+                if !settled && !already_ready {
+                    return publish(ModelStatus::Updating, None);
+                }
+                let op = match plan {
+                    Plan::Verify { path } => Op::VerifyLocal { key: key.clone(), uid: inc.uid().clone(), path: path.clone() },
+                    Plan::Download { storage_uri, dest } => Op::Download {
+                        key: key.clone(),
+                        uid: inc.uid().clone(),
+                        storage_uri: storage_uri.clone(),
+                        dest: dest.clone(),
+                    },
+                };
+                Some((op, IncOp::Fetch { plan: plan.clone() }))
+            }
+        },
+    }
+}

@@ -1,0 +1,459 @@
+//! The model domain: identity of a model, the API server's JSON for BaseModel and ClusterBaseModel
+//! (only the fields the agent needs), and the lean object the core keeps per model.
+//!
+//! The core never keeps whole API objects: a `ModelObject` holds the identity, the deletion marker
+//! and the parsed spec. That keeps memory per model small (see README, memory figures).
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use crate::placement::{NodeSelectorRequirement, NodeSelectorTerm};
+use crate::storage_uri::StorageUri;
+
+/// The two model kinds of `ome.io/v1beta1`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Kind {
+    /// Namespaced `BaseModel`.
+    BaseModel,
+    /// Cluster-scoped `ClusterBaseModel`.
+    ClusterBaseModel,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 2] = [Kind::BaseModel, Kind::ClusterBaseModel];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::BaseModel => "BaseModel",
+            Kind::ClusterBaseModel => "ClusterBaseModel",
+        }
+    }
+
+    /// The plural resource name used in API paths.
+    pub fn plural(self) -> &'static str {
+        match self {
+            Kind::BaseModel => "basemodels",
+            Kind::ClusterBaseModel => "clusterbasemodels",
+        }
+    }
+
+    pub fn index(self) -> usize {
+        match self {
+            Kind::BaseModel => 0,
+            Kind::ClusterBaseModel => 1,
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A model's identity: kind, namespace (empty for cluster-scoped) and name.
+/// Names can be reused; every destructive decision also checks the [`Uid`].
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ModelKey {
+    pub kind: Kind,
+    #[serde(default, skip_serializing_if = "str_is_empty")]
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
+}
+
+fn str_is_empty(s: &Arc<str>) -> bool {
+    s.is_empty()
+}
+
+impl ModelKey {
+    pub fn cluster(name: &str) -> Self {
+        ModelKey { kind: Kind::ClusterBaseModel, namespace: Arc::from(""), name: Arc::from(name) }
+    }
+
+    pub fn namespaced(namespace: &str, name: &str) -> Self {
+        ModelKey { kind: Kind::BaseModel, namespace: Arc::from(namespace), name: Arc::from(name) }
+    }
+}
+
+impl fmt::Debug for ModelKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for ModelKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            Kind::ClusterBaseModel => write!(f, "ClusterBaseModel/{}", self.name),
+            Kind::BaseModel => write!(f, "BaseModel/{}/{}", self.namespace, self.name),
+        }
+    }
+}
+
+/// The API server's unique id of one object incarnation. Never reused.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Uid(pub Arc<str>);
+
+impl Uid {
+    pub fn new(s: &str) -> Self {
+        Uid(Arc::from(s))
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Uid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Display for Uid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// `spec.storage.downloadPolicy`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DownloadPolicy {
+    #[default]
+    AlwaysDownload,
+    ReuseIfExists,
+}
+
+// ---------------------------------------------------------------------------------------------
+// The API server's JSON (subset). Unknown fields are ignored; every field is optional so that a
+// malformed object still yields its identity and a clear error instead of a dropped event.
+// ---------------------------------------------------------------------------------------------
+
+/// A BaseModel or ClusterBaseModel as the API server sends it (only what the agent reads).
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiModel {
+    #[serde(default)]
+    pub metadata: ApiMetadata,
+    #[serde(default)]
+    pub spec: Option<serde_json::Value>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiMetadata {
+    pub name: Option<String>,
+    pub namespace: Option<String>,
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+    pub deletion_timestamp: Option<String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// `spec` of BaseModel / ClusterBaseModel (`BaseModelSpec`), the fields the agent reads.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiModelSpec {
+    pub storage: Option<ApiStorageSpec>,
+    pub model_format: Option<ApiModelFormat>,
+    #[serde(default)]
+    pub additional_metadata: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiModelFormat {
+    #[serde(default)]
+    pub name: String,
+    pub version: Option<String>,
+}
+
+/// `spec.storage` (`StorageSpec`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiStorageSpec {
+    pub storage_uri: Option<String>,
+    pub path: Option<String>,
+    pub schema_path: Option<String>,
+    pub parameters: Option<BTreeMap<String, String>>,
+    pub key: Option<String>,
+    #[serde(default)]
+    pub node_selector: BTreeMap<String, String>,
+    pub node_affinity: Option<ApiNodeAffinity>,
+    pub download_policy: Option<DownloadPolicy>,
+}
+
+/// `corev1.NodeAffinity`: only the required terms matter to the agent.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiNodeAffinity {
+    pub required_during_scheduling_ignored_during_execution: Option<ApiNodeSelector>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiNodeSelector {
+    #[serde(default)]
+    pub node_selector_terms: Vec<NodeSelectorTerm>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// The lean model the core keeps.
+// ---------------------------------------------------------------------------------------------
+
+/// What the core keeps of one model object.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelObject {
+    pub key: ModelKey,
+    pub uid: Uid,
+    /// `metadata.resourceVersion`, kept for traces and logs only (never compared for ordering).
+    #[serde(default)]
+    pub resource_version: Arc<str>,
+    /// `metadata.deletionTimestamp` is set: positive evidence the object is being deleted.
+    #[serde(default)]
+    pub deleting: bool,
+    /// The spec as parsed, or why it could not be (the model is then Failed where it applies).
+    pub spec: Result<Arc<ModelSpec>, String>,
+}
+
+/// The parsed spec: what eligibility, the destination path and availability need.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelSpec {
+    pub storage_uri: String,
+    /// `Ok(uri)`, or the parse error (the model is Failed on nodes where it is eligible).
+    pub uri: Result<StorageUri, String>,
+    /// `spec.storage.path`; `None` and `Some("")` both mean "derive from the models root".
+    pub path: Option<String>,
+    pub node_selector: BTreeMap<String, String>,
+    /// Required node-affinity terms (ORed); empty means no constraint.
+    pub required_terms: Vec<NodeSelectorTerm>,
+    pub secret_key: Option<String>,
+    pub parameters: BTreeMap<String, String>,
+    pub download_policy: DownloadPolicy,
+    pub model_format: Option<String>,
+    /// `additionalMetadata.type`, default `Serving`.
+    pub model_type: String,
+    /// Label `models.ome/reserve-model-artifact=true`: the agent never moves the weights.
+    pub reserve_artifact: bool,
+    /// Annotation `ome.oracle.com/skip-config-parsing=true`.
+    pub skip_config_parsing: bool,
+}
+
+/// Why an API object cannot even be identified. Such an object is ignored (and logged by the
+/// shell); it never becomes a delete.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ObjectError {
+    MissingName,
+    MissingUid,
+    MissingNamespace,
+    NotJson(String),
+}
+
+impl fmt::Display for ObjectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ObjectError::MissingName => f.write_str("metadata.name is missing"),
+            ObjectError::MissingUid => f.write_str("metadata.uid is missing"),
+            ObjectError::MissingNamespace => f.write_str("metadata.namespace is missing on a BaseModel"),
+            ObjectError::NotJson(e) => write!(f, "not a model object: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ObjectError {}
+
+pub const RESERVE_ARTIFACT_LABEL: &str = "models.ome/reserve-model-artifact";
+pub const SKIP_CONFIG_PARSING_ANNOTATION: &str = "ome.oracle.com/skip-config-parsing";
+
+impl ModelObject {
+    /// Parse one object from the API server's JSON.
+    pub fn from_json(kind: Kind, json: &serde_json::Value) -> Result<ModelObject, ObjectError> {
+        let api: ApiModel = serde_json::from_value(json.clone()).map_err(|e| ObjectError::NotJson(e.to_string()))?;
+        ModelObject::from_api(kind, api)
+    }
+
+    /// Build the lean object from the API shape. Only identity errors are errors; a bad spec is
+    /// kept as `spec: Err(reason)` so the model can be reported Failed with that reason.
+    pub fn from_api(kind: Kind, api: ApiModel) -> Result<ModelObject, ObjectError> {
+        let md = api.metadata;
+        let name = md.name.filter(|n| !n.is_empty()).ok_or(ObjectError::MissingName)?;
+        let uid = md.uid.filter(|u| !u.is_empty()).ok_or(ObjectError::MissingUid)?;
+        let key = match kind {
+            Kind::ClusterBaseModel => ModelKey::cluster(&name),
+            Kind::BaseModel => {
+                let ns = md.namespace.filter(|n| !n.is_empty()).ok_or(ObjectError::MissingNamespace)?;
+                ModelKey::namespaced(&ns, &name)
+            }
+        };
+        let reserve = md.labels.get(RESERVE_ARTIFACT_LABEL).is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        let skip_parse =
+            md.annotations.get(SKIP_CONFIG_PARSING_ANNOTATION).is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        let spec = match api.spec {
+            None => Err("spec is missing".to_string()),
+            Some(value) => match serde_json::from_value::<ApiModelSpec>(value) {
+                Err(e) => Err(format!("spec is malformed: {e}")),
+                Ok(spec) => ModelSpec::from_api(spec, reserve, skip_parse).map(Arc::new),
+            },
+        };
+        Ok(ModelObject {
+            key,
+            uid: Uid(Arc::from(uid.as_str())),
+            resource_version: Arc::from(md.resource_version.unwrap_or_default().as_str()),
+            deleting: md.deletion_timestamp.is_some(),
+            spec,
+        })
+    }
+
+    pub fn spec(&self) -> Option<&ModelSpec> {
+        self.spec.as_deref().ok()
+    }
+}
+
+impl ModelSpec {
+    pub fn from_api(spec: ApiModelSpec, reserve_artifact: bool, skip_config_parsing: bool) -> Result<ModelSpec, String> {
+        let storage = spec.storage.ok_or("spec.storage is missing")?;
+        let storage_uri =
+            storage.storage_uri.filter(|u| !u.is_empty()).ok_or("spec.storage.storageUri is missing")?;
+        let required_terms = storage
+            .node_affinity
+            .and_then(|a| a.required_during_scheduling_ignored_during_execution)
+            .map(|s| s.node_selector_terms)
+            .unwrap_or_default();
+        let uri = StorageUri::parse(&storage_uri).map_err(|e| e.to_string());
+        let model_type = spec.additional_metadata.get("type").cloned().unwrap_or_else(|| "Serving".to_string());
+        Ok(ModelSpec {
+            uri,
+            storage_uri,
+            path: storage.path,
+            node_selector: storage.node_selector,
+            required_terms,
+            secret_key: storage.key,
+            parameters: storage.parameters.unwrap_or_default(),
+            download_policy: storage.download_policy.unwrap_or_default(),
+            model_format: spec.model_format.map(|f| f.name),
+            model_type,
+            reserve_artifact,
+            skip_config_parsing,
+        })
+    }
+
+    /// A spec for tests and the simulator: storage URI and path, no selectors.
+    pub fn simple(storage_uri: &str, path: Option<&str>) -> ModelSpec {
+        ModelSpec {
+            storage_uri: storage_uri.to_string(),
+            uri: StorageUri::parse(storage_uri).map_err(|e| e.to_string()),
+            path: path.map(str::to_string),
+            node_selector: BTreeMap::new(),
+            required_terms: Vec::new(),
+            secret_key: None,
+            parameters: BTreeMap::new(),
+            download_policy: DownloadPolicy::AlwaysDownload,
+            model_format: None,
+            model_type: "Serving".to_string(),
+            reserve_artifact: false,
+            skip_config_parsing: false,
+        }
+    }
+}
+
+/// Convenience for building requirement lists in tests.
+pub fn requirement(key: &str, operator: &str, values: &[&str]) -> NodeSelectorRequirement {
+    NodeSelectorRequirement {
+        key: key.to_string(),
+        operator: operator.to_string(),
+        values: values.iter().map(|v| v.to_string()).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn parses_a_cluster_base_model_from_api_json() {
+        let obj = json!({
+            "apiVersion": "ome.io/v1beta1", "kind": "ClusterBaseModel",
+            "metadata": {"name": "llama", "uid": "u-1", "resourceVersion": "42",
+                          "labels": {"models.ome/reserve-model-artifact": "TRUE"},
+                          "annotations": {"ome.oracle.com/skip-config-parsing": "true"},
+                          "managedFields": [{"manager": "kubectl"}]},
+            "spec": {
+                "modelFormat": {"name": "safetensors", "version": "1.0.0"},
+                "additionalMetadata": {"type": "Training"},
+                "storage": {
+                    "storageUri": "hf://meta-llama/Llama-3.1-8B@v2",
+                    "path": "/mnt/models/llama",
+                    "key": "hf-token",
+                    "parameters": {"secretKey": "tok"},
+                    "downloadPolicy": "ReuseIfExists",
+                    "nodeSelector": {"gpu": "h100"},
+                    "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}
+                    ]}}
+                }
+            },
+            "status": {"state": "Ready"}
+        });
+        let m = ModelObject::from_json(Kind::ClusterBaseModel, &obj).unwrap();
+        assert_eq!(m.key, ModelKey::cluster("llama"));
+        assert_eq!(m.uid.as_str(), "u-1");
+        assert_eq!(&*m.resource_version, "42");
+        assert!(!m.deleting);
+        let spec = m.spec().unwrap();
+        assert!(spec.reserve_artifact);
+        assert!(spec.skip_config_parsing);
+        assert_eq!(spec.path.as_deref(), Some("/mnt/models/llama"));
+        assert_eq!(spec.node_selector.get("gpu").map(String::as_str), Some("h100"));
+        assert_eq!(spec.required_terms.len(), 1);
+        assert_eq!(spec.required_terms[0].match_expressions[0], requirement("zone", "In", &["a", "b"]));
+        assert_eq!(spec.download_policy, DownloadPolicy::ReuseIfExists);
+        assert_eq!(spec.secret_key.as_deref(), Some("hf-token"));
+        assert_eq!(spec.parameters.get("secretKey").map(String::as_str), Some("tok"));
+        assert_eq!(spec.model_format.as_deref(), Some("safetensors"));
+        assert_eq!(spec.model_type, "Training");
+        assert!(matches!(spec.uri, Ok(StorageUri::HuggingFace { ref revision, .. }) if revision == "v2"));
+    }
+
+    #[test]
+    fn parses_a_namespaced_base_model_being_deleted() {
+        let obj = json!({"metadata": {"name": "m", "namespace": "team", "uid": "u",
+                         "deletionTimestamp": "2026-01-01T00:00:00Z"},
+                         "spec": {"storage": {"storageUri": "local:///mnt/models/m"}}});
+        let m = ModelObject::from_json(Kind::BaseModel, &obj).unwrap();
+        assert_eq!(m.key, ModelKey::namespaced("team", "m"));
+        assert!(m.deleting);
+        assert_eq!(m.spec().unwrap().model_type, "Serving");
+        assert_eq!(m.spec().unwrap().path, None);
+    }
+
+    #[test]
+    fn identity_errors_are_errors_and_spec_errors_are_kept() {
+        let no_uid = json!({"metadata": {"name": "m"}, "spec": {}});
+        assert_eq!(ModelObject::from_json(Kind::ClusterBaseModel, &no_uid), Err(ObjectError::MissingUid));
+        let no_name = json!({"metadata": {"uid": "u"}});
+        assert_eq!(ModelObject::from_json(Kind::ClusterBaseModel, &no_name), Err(ObjectError::MissingName));
+        let no_ns = json!({"metadata": {"uid": "u", "name": "m"}});
+        assert_eq!(ModelObject::from_json(Kind::BaseModel, &no_ns), Err(ObjectError::MissingNamespace));
+        assert!(matches!(ModelObject::from_json(Kind::BaseModel, &json!([1])), Err(ObjectError::NotJson(_))));
+
+        let no_storage = json!({"metadata": {"uid": "u", "name": "m"}, "spec": {}});
+        let m = ModelObject::from_json(Kind::ClusterBaseModel, &no_storage).unwrap();
+        assert_eq!(m.spec, Err("spec.storage is missing".to_string()));
+
+        let bad_types = json!({"metadata": {"uid": "u", "name": "m"},
+                               "spec": {"storage": {"storageUri": 7}}});
+        let m = ModelObject::from_json(Kind::ClusterBaseModel, &bad_types).unwrap();
+        assert!(m.spec.unwrap_err().starts_with("spec is malformed"));
+
+        let bad_uri = json!({"metadata": {"uid": "u", "name": "m"},
+                             "spec": {"storage": {"storageUri": "ftp://x"}}});
+        let m = ModelObject::from_json(Kind::ClusterBaseModel, &bad_uri).unwrap();
+        assert!(m.spec().unwrap().uri.is_err());
+    }
+}

@@ -1,0 +1,421 @@
+//! OME's wire contracts, byte for byte: node label keys and values, the per-node ConfigMap's
+//! identity and keys, and the `ModelEntry` JSON (`ome-model-agent.md` §3.3, §3.4).
+
+use serde::{Deserialize, Serialize, Serializer};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+
+use crate::model::{Kind, ModelKey};
+
+/// Domain of the node labels.
+pub const LABEL_DOMAIN: &str = "models.ome.io";
+/// Longest label name after `models.ome.io/`.
+pub const MAX_LABEL_NAME_LENGTH: usize = 49;
+/// Longest ConfigMap key.
+pub const MAX_CONFIGMAP_KEY_LENGTH: usize = 253;
+/// Label on the per-node ConfigMap that the controller selects on.
+pub const CONFIGMAP_STATUS_LABEL: &str = "models.ome/basemodel-status";
+pub const CONFIGMAP_NODE_LABEL: &str = "node";
+pub const CONFIGMAP_NODE_NAME_ANNOTATION: &str = "models.ome.io/node-name";
+pub const CONFIGMAP_MANAGED_BY_ANNOTATION: &str = "models.ome.io/managed-by";
+
+const CLUSTER_LABEL_NAME_BUDGET: usize = MAX_LABEL_NAME_LENGTH - "clusterbasemodel.".len(); // 32
+const BASE_LABEL_BUDGET: usize = MAX_LABEL_NAME_LENGTH - ".basemodel.".len(); // 38
+const CLUSTER_CM_NAME_BUDGET: usize = MAX_CONFIGMAP_KEY_LENGTH - "clusterbasemodel.".len(); // 236
+const BASE_CM_BUDGET: usize = MAX_CONFIGMAP_KEY_LENGTH - ".basemodel.".len(); // 242
+const NAMESPACE_BUDGET_MAX: usize = 8;
+
+/// First 8 hex digits of sha256(s).
+fn hash8(s: &str) -> String {
+    let digest = Sha256::digest(s.as_bytes());
+    digest[..4].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// OME's `truncateWithHash`: unchanged when it fits, else `hash8 + "-" + the last chars`, and
+/// only the hash when there is no room for a suffix.
+pub fn truncate_with_hash(s: &str, len_max: usize) -> String {
+    if s.len() <= len_max {
+        return s.to_string();
+    }
+    let hash = hash8(s);
+    if len_max <= hash.len() + 1 {
+        return hash[..hash.len().min(len_max)].to_string();
+    }
+    let keep = len_max - hash.len() - 1;
+    // Names are DNS labels (ASCII); fall back to a char boundary for anything else.
+    let mut start = s.len() - keep;
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("{hash}-{}", &s[start..])
+}
+
+/// Split a namespace/name pair into a budget the way OME does for BaseModels.
+fn split_namespaced(namespace: &str, name: &str, budget: usize) -> (String, String) {
+    if namespace.len() + name.len() <= budget {
+        return (namespace.to_string(), name.to_string());
+    }
+    let ns_budget = namespace.len().min(NAMESPACE_BUDGET_MAX);
+    let name_budget = budget - ns_budget;
+    (truncate_with_hash(namespace, ns_budget), truncate_with_hash(name, name_budget))
+}
+
+/// The node label key for a model (`models.ome.io/clusterbasemodel.<name>` or
+/// `models.ome.io/<ns>.basemodel.<name>`). The controller computes the same key: a contract.
+pub fn label_key(key: &ModelKey) -> String {
+    match key.kind {
+        Kind::ClusterBaseModel => {
+            format!("{LABEL_DOMAIN}/clusterbasemodel.{}", truncate_with_hash(&key.name, CLUSTER_LABEL_NAME_BUDGET))
+        }
+        Kind::BaseModel => {
+            let (ns, name) = split_namespaced(&key.namespace, &key.name, BASE_LABEL_BUDGET);
+            format!("{LABEL_DOMAIN}/{ns}.basemodel.{name}")
+        }
+    }
+}
+
+/// Is this a node label the agent manages?
+pub fn is_model_label(label: &str) -> bool {
+    label.strip_prefix(LABEL_DOMAIN).is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// The key of a model's entry in the per-node ConfigMap.
+pub fn configmap_key(key: &ModelKey) -> String {
+    match key.kind {
+        Kind::ClusterBaseModel => format!("clusterbasemodel.{}", truncate_with_hash(&key.name, CLUSTER_CM_NAME_BUDGET)),
+        Kind::BaseModel => {
+            let (ns, name) = split_namespaced(&key.namespace, &key.name, BASE_CM_BUDGET);
+            format!("{ns}.basemodel.{name}")
+        }
+    }
+}
+
+/// The per-node ConfigMap's name (the node name), labels and annotations.
+pub struct ConfigMapIdentity {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+pub fn configmap_identity(node_name: &str) -> ConfigMapIdentity {
+    ConfigMapIdentity {
+        name: node_name.to_string(),
+        labels: BTreeMap::from([
+            (CONFIGMAP_STATUS_LABEL.to_string(), "true".to_string()),
+            (CONFIGMAP_NODE_LABEL.to_string(), node_name.to_string()),
+        ]),
+        annotations: BTreeMap::from([
+            (CONFIGMAP_NODE_NAME_ANNOTATION.to_string(), node_name.to_string()),
+            (CONFIGMAP_MANAGED_BY_ANNOTATION.to_string(), "model-agent".to_string()),
+        ]),
+    }
+}
+
+/// A model's state on a node, as label value and entry status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ModelStatus {
+    Ready,
+    Updating,
+    Failed,
+    /// Accepted by the controller in entries; never a label value (the label is removed instead).
+    Deleted,
+}
+
+impl ModelStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModelStatus::Ready => "Ready",
+            ModelStatus::Updating => "Updating",
+            ModelStatus::Failed => "Failed",
+            ModelStatus::Deleted => "Deleted",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ModelStatus> {
+        match s {
+            "Ready" => Some(ModelStatus::Ready),
+            "Updating" => Some(ModelStatus::Updating),
+            "Failed" => Some(ModelStatus::Failed),
+            "Deleted" => Some(ModelStatus::Deleted),
+            _ => None,
+        }
+    }
+}
+
+/// One ConfigMap value: OME's `ModelEntry`, field for field and in Go's order, plus two fields
+/// of this agent that the controller ignores (`uid`, `reason`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelEntry {
+    pub name: String,
+    pub status: ModelStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<ModelConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<DownloadProgress>,
+    /// The uid of the model incarnation this entry belongs to: cleanup of another uid keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    /// Why the model is Failed on this node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// OME's `ModelConfig`. Go's `omitempty` on every field but `artifact`, a struct, which Go
+/// always emits.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelConfig {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub model_type: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub model_architecture: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub model_framework: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub model_format: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub model_parameter_size: String,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub max_tokens: i32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub model_capabilities: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub api_capabilities: Vec<String>,
+    /// Go decodes this into a map, so keys come out sorted (serde_json's default map is sorted).
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub decoded_model_configuration: serde_json::Map<String, serde_json::Value>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub quantization: String,
+    #[serde(default)]
+    pub artifact: Artifact,
+}
+
+fn is_zero(v: &i32) -> bool {
+    *v == 0
+}
+
+/// OME's `Artifact`: no `omitempty`; a nil map or slice is `null`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Artifact {
+    #[serde(default)]
+    pub sha: String,
+    #[serde(default)]
+    pub parent_path: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub children_paths: Option<Vec<String>>,
+}
+
+/// OME's `DownloadProgress`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DownloadProgress {
+    pub phase: String,
+    pub total_bytes: i64,
+    pub completed_bytes: i64,
+    pub total_files: i64,
+    pub completed_files: i64,
+    #[serde(serialize_with = "go_float")]
+    pub speed_bytes_per_sec: f64,
+    pub last_updated: String,
+}
+
+/// Go's `encoding/json` writes an integral float without a fraction (`100`, not `100.0`).
+fn go_float<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+    if v.is_finite() && v.fract() == 0.0 && v.abs() < 1e15 {
+        s.serialize_i64(*v as i64)
+    } else {
+        s.serialize_f64(*v)
+    }
+}
+
+impl ModelEntry {
+    /// A bare entry with a status (what the agent writes before metadata is known).
+    pub fn new(name: &str, status: ModelStatus) -> ModelEntry {
+        ModelEntry { name: name.to_string(), status, config: None, progress: None, uid: None, reason: None }
+    }
+
+    /// The JSON string stored as the ConfigMap value.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("ModelEntry always serialises")
+    }
+
+    pub fn from_json(s: &str) -> Result<ModelEntry, String> {
+        serde_json::from_str(s).map_err(|e| format!("ConfigMap entry is not a ModelEntry: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn label_keys_match_the_worked_examples() {
+        assert_eq!(
+            label_key(&ModelKey::cluster("qwen2-5-7b-instruct")),
+            "models.ome.io/clusterbasemodel.qwen2-5-7b-instruct"
+        );
+        assert_eq!(
+            label_key(&ModelKey::namespaced("llama-demo", "llama-3-1-8b-instruct")),
+            "models.ome.io/llama-demo.basemodel.llama-3-1-8b-instruct"
+        );
+        assert_eq!(
+            label_key(&ModelKey::cluster("deepseek-r1-distill-llama-70b-instruct-v2")),
+            "models.ome.io/clusterbasemodel.ef186515-l-llama-70b-instruct-v2"
+        );
+        assert_eq!(
+            label_key(&ModelKey::namespaced("a-very-long-namespace-name", "a-very-long-model-name-for-testing")),
+            "models.ome.io/e6d70258.basemodel.cae39cc0-odel-name-for-testing"
+        );
+    }
+
+    #[test]
+    fn label_key_boundaries() {
+        // 32 characters fit; 33 are truncated to exactly 32.
+        let n32 = "a".repeat(32);
+        assert_eq!(label_key(&ModelKey::cluster(&n32)), format!("models.ome.io/clusterbasemodel.{n32}"));
+        let n33 = "b".repeat(33);
+        let k = label_key(&ModelKey::cluster(&n33));
+        let name = k.strip_prefix("models.ome.io/clusterbasemodel.").unwrap();
+        assert_eq!(name.len(), 32);
+        assert!(name.ends_with(&"b".repeat(23)));
+        // ns + name of 38 fit; a short namespace keeps its full length in the split.
+        let (ns, nm) = ("team", "m".repeat(34));
+        assert_eq!(label_key(&ModelKey::namespaced(ns, &nm)), format!("models.ome.io/team.basemodel.{nm}"));
+        let nm35 = "m".repeat(35);
+        let k = label_key(&ModelKey::namespaced("team", &nm35));
+        let tail = k.strip_prefix("models.ome.io/team.basemodel.").unwrap();
+        assert_eq!(tail.len(), 34);
+        for key in [k, label_key(&ModelKey::namespaced(&"n".repeat(60), &"m".repeat(60)))] {
+            assert!(key.len() - "models.ome.io/".len() <= MAX_LABEL_NAME_LENGTH, "{key}");
+        }
+    }
+
+    #[test]
+    fn configmap_keys() {
+        assert_eq!(configmap_key(&ModelKey::cluster("qwen2-5-7b-instruct")), "clusterbasemodel.qwen2-5-7b-instruct");
+        assert_eq!(
+            configmap_key(&ModelKey::namespaced("llama-demo", "llama-3-1-8b-instruct")),
+            "llama-demo.basemodel.llama-3-1-8b-instruct"
+        );
+        // Names up to 236 characters are kept whole; longer ones are truncated to 236.
+        let n = "x".repeat(236);
+        assert_eq!(configmap_key(&ModelKey::cluster(&n)), format!("clusterbasemodel.{n}"));
+        let long = "y".repeat(300);
+        let k = configmap_key(&ModelKey::cluster(&long));
+        assert_eq!(k.len(), MAX_CONFIGMAP_KEY_LENGTH);
+        assert!(k.starts_with(&format!("clusterbasemodel.{}-", hash8(&long))));
+        let k = configmap_key(&ModelKey::namespaced(&"n".repeat(20), &"m".repeat(240)));
+        assert_eq!(k.len(), MAX_CONFIGMAP_KEY_LENGTH);
+        assert!(k.starts_with(&format!("{}.basemodel.", hash8(&"n".repeat(20)))));
+    }
+
+    #[test]
+    fn truncate_with_hash_rules() {
+        assert_eq!(truncate_with_hash("short", 8), "short");
+        assert_eq!(truncate_with_hash("a-very-long-namespace-name", 8), "e6d70258");
+        assert_eq!(truncate_with_hash("abcdefghijk", 4), hash8("abcdefghijk")[..4].to_string());
+        assert_eq!(truncate_with_hash("abcdefghijklmnop", 12), format!("{}-{}", hash8("abcdefghijklmnop"), "nop"));
+    }
+
+    #[test]
+    fn configmap_identity_is_ome_s() {
+        let id = configmap_identity("gpu-node-1");
+        assert_eq!(id.name, "gpu-node-1");
+        assert_eq!(
+            serde_json::to_string(&id.labels).unwrap(),
+            r#"{"models.ome/basemodel-status":"true","node":"gpu-node-1"}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&id.annotations).unwrap(),
+            r#"{"models.ome.io/managed-by":"model-agent","models.ome.io/node-name":"gpu-node-1"}"#
+        );
+        assert!(is_model_label("models.ome.io/clusterbasemodel.x"));
+        assert!(!is_model_label("models.ome/reserve-model-artifact"));
+        assert!(!is_model_label("models.ome.iox/y"));
+    }
+
+    const EXAMPLE_1: &str = r#"{"name":"qwen2-5-7b-instruct","status":"Ready","config":{"modelType":"qwen2","modelArchitecture":"Qwen2ForCausalLM","modelFramework":{"name":"transformers","version":"4.43.1"},"modelFormat":{"name":"safetensors","version":"1.0.0"},"modelParameterSize":"7.62B","maxTokens":32768,"modelCapabilities":["TEXT_TO_TEXT"],"decodedModelConfiguration":{"architecture":"Qwen2ForCausalLM","context_length":32768,"has_vision":false,"is_embedding":false,"model_size_bytes":15231233024,"model_type":"qwen2","parameter_count":"7.62B","torch_dtype":"bfloat16","transformers_version":"4.43.1"},"artifact":{"sha":"a09a…","parentPath":{"clusterbasemodel.qwen2-5-7b-instruct":"/mnt/data/models/qwen"},"childrenPaths":[]}}}"#;
+    const EXAMPLE_2: &str =
+        r#"{"name":"m","status":"Ready","config":{"modelType":"llama","artifact":{"sha":"","parentPath":null,"childrenPaths":null}}}"#;
+    const EXAMPLE_3: &str = r#"{"name":"m","status":"Updating","progress":{"phase":"downloading","totalBytes":100,"completedBytes":50,"totalFiles":10,"completedFiles":5,"speedBytesPerSec":1234.5,"lastUpdated":"2026-01-01T00:00:00Z"}}"#;
+
+    #[test]
+    fn entry_json_matches_example_1_byte_for_byte() {
+        let decoded = json!({"architecture":"Qwen2ForCausalLM","context_length":32768,"has_vision":false,
+            "is_embedding":false,"model_size_bytes":15231233024_u64,"model_type":"qwen2",
+            "parameter_count":"7.62B","torch_dtype":"bfloat16","transformers_version":"4.43.1"});
+        let entry = ModelEntry {
+            config: Some(ModelConfig {
+                model_type: "qwen2".into(),
+                model_architecture: "Qwen2ForCausalLM".into(),
+                model_framework: BTreeMap::from([("name".into(), "transformers".into()), ("version".into(), "4.43.1".into())]),
+                model_format: BTreeMap::from([("name".into(), "safetensors".into()), ("version".into(), "1.0.0".into())]),
+                model_parameter_size: "7.62B".into(),
+                max_tokens: 32768,
+                model_capabilities: vec!["TEXT_TO_TEXT".into()],
+                decoded_model_configuration: decoded.as_object().unwrap().clone(),
+                artifact: Artifact {
+                    sha: "a09a…".into(),
+                    parent_path: Some(BTreeMap::from([(
+                        "clusterbasemodel.qwen2-5-7b-instruct".into(),
+                        "/mnt/data/models/qwen".into(),
+                    )])),
+                    children_paths: Some(vec![]),
+                },
+                ..ModelConfig::default()
+            }),
+            ..ModelEntry::new("qwen2-5-7b-instruct", ModelStatus::Ready)
+        };
+        assert_eq!(entry.to_json(), EXAMPLE_1);
+        assert_eq!(ModelEntry::from_json(EXAMPLE_1).unwrap(), entry);
+    }
+
+    #[test]
+    fn entry_json_matches_example_2_artifact_always_present() {
+        let entry = ModelEntry {
+            config: Some(ModelConfig { model_type: "llama".into(), ..ModelConfig::default() }),
+            ..ModelEntry::new("m", ModelStatus::Ready)
+        };
+        assert_eq!(entry.to_json(), EXAMPLE_2);
+        assert_eq!(ModelEntry::from_json(EXAMPLE_2).unwrap(), entry);
+    }
+
+    #[test]
+    fn entry_json_matches_example_3_progress() {
+        let entry = ModelEntry {
+            progress: Some(DownloadProgress {
+                phase: "downloading".into(),
+                total_bytes: 100,
+                completed_bytes: 50,
+                total_files: 10,
+                completed_files: 5,
+                speed_bytes_per_sec: 1234.5,
+                last_updated: "2026-01-01T00:00:00Z".into(),
+            }),
+            ..ModelEntry::new("m", ModelStatus::Updating)
+        };
+        assert_eq!(entry.to_json(), EXAMPLE_3);
+        assert_eq!(ModelEntry::from_json(EXAMPLE_3).unwrap(), entry);
+        // Go prints an integral float64 without a fraction.
+        let mut whole = entry.clone();
+        whole.progress.as_mut().unwrap().speed_bytes_per_sec = 2048.0;
+        assert!(whole.to_json().contains(r#""speedBytesPerSec":2048,"#));
+    }
+
+    #[test]
+    fn extra_fields_follow_the_ome_fields_and_are_omitted_when_empty() {
+        assert_eq!(ModelEntry::new("m", ModelStatus::Updating).to_json(), r#"{"name":"m","status":"Updating"}"#);
+        let e = ModelEntry {
+            uid: Some("u-1".into()),
+            reason: Some("models root is read-only".into()),
+            ..ModelEntry::new("m", ModelStatus::Failed)
+        };
+        assert_eq!(e.to_json(), r#"{"name":"m","status":"Failed","uid":"u-1","reason":"models root is read-only"}"#);
+        assert_eq!(ModelEntry::from_json(&e.to_json()).unwrap(), e);
+        // An entry written by upstream OME (no uid) still parses; garbage is a clear error.
+        assert_eq!(ModelEntry::from_json(r#"{"name":"m","status":"Deleted"}"#).unwrap().status, ModelStatus::Deleted);
+        assert!(ModelEntry::from_json("{").unwrap_err().contains("not a ModelEntry"));
+    }
+}
