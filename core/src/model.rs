@@ -315,10 +315,13 @@ impl ModelObject {
 }
 
 impl ModelSpec {
-    pub fn from_api(spec: ApiModelSpec, reserve_artifact: bool, skip_config_parsing: bool) -> Result<ModelSpec, String> {
+    pub fn from_api(
+        spec: ApiModelSpec,
+        reserve_artifact: bool,
+        skip_config_parsing: bool,
+    ) -> Result<ModelSpec, String> {
         let storage = spec.storage.ok_or("spec.storage is missing")?;
-        let storage_uri =
-            storage.storage_uri.filter(|u| !u.is_empty()).ok_or("spec.storage.storageUri is missing")?;
+        let storage_uri = storage.storage_uri.filter(|u| !u.is_empty()).ok_or("spec.storage.storageUri is missing")?;
         let required_terms = storage
             .node_affinity
             .and_then(|a| a.required_during_scheduling_ignored_during_execution)

@@ -139,10 +139,7 @@ mod tests {
     use crate::model::requirement;
 
     fn node(labels: &[(&str, &str)]) -> NodeView {
-        NodeView {
-            name: "node-1".into(),
-            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-        }
+        NodeView { name: "node-1".into(), labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() }
     }
 
     fn spec_with(terms: Vec<NodeSelectorTerm>) -> ModelSpec {

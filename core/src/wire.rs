@@ -222,11 +222,7 @@ pub struct DownloadProgress {
 
 /// Go's `encoding/json` writes an integral float without a fraction (`100`, not `100.0`).
 fn go_float<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
-    if v.is_finite() && v.fract() == 0.0 && v.abs() < 1e15 {
-        s.serialize_i64(*v as i64)
-    } else {
-        s.serialize_f64(*v)
-    }
+    if v.is_finite() && v.fract() == 0.0 && v.abs() < 1e15 { s.serialize_i64(*v as i64) } else { s.serialize_f64(*v) }
 }
 
 impl ModelEntry {
@@ -337,8 +333,7 @@ mod tests {
     }
 
     const EXAMPLE_1: &str = r#"{"name":"qwen2-5-7b-instruct","status":"Ready","config":{"modelType":"qwen2","modelArchitecture":"Qwen2ForCausalLM","modelFramework":{"name":"transformers","version":"4.43.1"},"modelFormat":{"name":"safetensors","version":"1.0.0"},"modelParameterSize":"7.62B","maxTokens":32768,"modelCapabilities":["TEXT_TO_TEXT"],"decodedModelConfiguration":{"architecture":"Qwen2ForCausalLM","context_length":32768,"has_vision":false,"is_embedding":false,"model_size_bytes":15231233024,"model_type":"qwen2","parameter_count":"7.62B","torch_dtype":"bfloat16","transformers_version":"4.43.1"},"artifact":{"sha":"a09a…","parentPath":{"clusterbasemodel.qwen2-5-7b-instruct":"/mnt/data/models/qwen"},"childrenPaths":[]}}}"#;
-    const EXAMPLE_2: &str =
-        r#"{"name":"m","status":"Ready","config":{"modelType":"llama","artifact":{"sha":"","parentPath":null,"childrenPaths":null}}}"#;
+    const EXAMPLE_2: &str = r#"{"name":"m","status":"Ready","config":{"modelType":"llama","artifact":{"sha":"","parentPath":null,"childrenPaths":null}}}"#;
     const EXAMPLE_3: &str = r#"{"name":"m","status":"Updating","progress":{"phase":"downloading","totalBytes":100,"completedBytes":50,"totalFiles":10,"completedFiles":5,"speedBytesPerSec":1234.5,"lastUpdated":"2026-01-01T00:00:00Z"}}"#;
 
     #[test]
@@ -350,8 +345,14 @@ mod tests {
             config: Some(ModelConfig {
                 model_type: "qwen2".into(),
                 model_architecture: "Qwen2ForCausalLM".into(),
-                model_framework: BTreeMap::from([("name".into(), "transformers".into()), ("version".into(), "4.43.1".into())]),
-                model_format: BTreeMap::from([("name".into(), "safetensors".into()), ("version".into(), "1.0.0".into())]),
+                model_framework: BTreeMap::from([
+                    ("name".into(), "transformers".into()),
+                    ("version".into(), "4.43.1".into()),
+                ]),
+                model_format: BTreeMap::from([
+                    ("name".into(), "safetensors".into()),
+                    ("version".into(), "1.0.0".into()),
+                ]),
                 model_parameter_size: "7.62B".into(),
                 max_tokens: 32768,
                 model_capabilities: vec!["TEXT_TO_TEXT".into()],

@@ -166,14 +166,32 @@ impl fmt::Debug for EffectId {
 /// Every input the core handles.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Input {
-    Watch { kind: Kind, event: WatchEvent },
+    Watch {
+        kind: Kind,
+        event: WatchEvent,
+    },
     /// The agent's own Node (labels), for eligibility.
     NodeObserved(NodeView),
-    LiveRead { id: EffectId, result: ReadResult },
-    LiveList { id: EffectId, result: ListResult },
-    EffectDone { id: EffectId, outcome: Outcome },
-    RootProbed { id: EffectId, probe: RootProbe },
-    DriftObserved { id: EffectId, snapshot: DriftSnapshot },
+    LiveRead {
+        id: EffectId,
+        result: ReadResult,
+    },
+    LiveList {
+        id: EffectId,
+        result: ListResult,
+    },
+    EffectDone {
+        id: EffectId,
+        outcome: Outcome,
+    },
+    RootProbed {
+        id: EffectId,
+        probe: RootProbe,
+    },
+    DriftObserved {
+        id: EffectId,
+        snapshot: DriftSnapshot,
+    },
     /// Nothing happened but time passed (a timer the shell was asked to wake for).
     Tick,
     /// SIGTERM: from now on no new destructive effect.
@@ -194,7 +212,14 @@ pub enum Op {
     /// Quorum LIST of one kind, answered by `Input::LiveList`.
     LiveList { kind: Kind },
     /// Set this node's label for the model (when `label` is set) and write its ConfigMap entry.
-    Publish { key: ModelKey, uid: Uid, label_key: String, label: Option<ModelStatus>, cm_key: String, entry: ModelEntry },
+    Publish {
+        key: ModelKey,
+        uid: Uid,
+        label_key: String,
+        label: Option<ModelStatus>,
+        cm_key: String,
+        entry: Box<ModelEntry>,
+    },
     /// Destructive. Remove this node's label for the model (only when `remove_label`: another
     /// incarnation may own it) and its ConfigMap entry, only if that entry belongs to `uid`.
     Unpublish { key: ModelKey, uid: Uid, label_key: String, remove_label: bool, cm_key: String },

@@ -13,8 +13,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 pub use io::*;
-pub use model_state::{Fetched, Incarnation, Life, Plan, Published, ReadState, Slot, Want};
 use model_state::{Context, IncOp, eligible_now, next_op, want};
+pub use model_state::{Fetched, Incarnation, Life, Plan, Published, ReadState, Slot, Want};
 
 use crate::model::{Kind, ModelKey, ModelObject, Uid};
 use crate::placement::NodeView;
@@ -29,7 +29,7 @@ enum Owner {
     Get { key: ModelKey, deadline: Instant },
     List { kind: Kind, keys: Arc<Vec<ModelKey>>, drift: bool, deadline: Instant },
     RootProbe,
-    Snapshot { requested_at: Instant },
+    Snapshot { requested_seq: u64 },
     Purge { name: String },
     Orphan,
 }
@@ -241,10 +241,10 @@ impl State {
                 }
             }
             Input::DriftObserved { id, snapshot } => {
-                if let Some(Owner::Snapshot { requested_at }) = self.inflight.get(&id).cloned() {
+                if let Some(Owner::Snapshot { requested_seq }) = self.inflight.get(&id).cloned() {
                     self.inflight.remove(&id);
                     self.snapshot_inflight = None;
-                    self.on_snapshot(st, requested_at, snapshot);
+                    self.on_snapshot(st, requested_seq, snapshot);
                 }
             }
             Input::Tick => {}
@@ -257,7 +257,8 @@ impl State {
         match event {
             WatchEvent::Applied(obj) if obj.key.kind == kind => self.on_object(st, obj),
             WatchEvent::Deleted(obj) if obj.key.kind == kind => {
-                let is_current = self.slots.get(&obj.key).and_then(|s| s.current.as_ref()).is_some_and(|c| c.uid() == &obj.uid);
+                let is_current =
+                    self.slots.get(&obj.key).and_then(|s| s.current.as_ref()).is_some_and(|c| c.uid() == &obj.uid);
                 if is_current {
                     self.make_candidate(st, &obj.key, Cause::WatchDeleted);
                 }
@@ -320,7 +321,7 @@ impl State {
                 }
             }
         } else {
-            let mut inc = Incarnation::new(obj.clone(), now);
+            let mut inc = Incarnation::new(obj.clone(), self.effect_id_next);
             if obj.deleting {
                 confirm(&mut inc, Confirmation::Deleting, &mut confirmed);
             }
@@ -352,7 +353,9 @@ impl State {
         self.timers.remove(&(deadline, TimerKey::ReadDeadline(id)));
         self.count_read(&result);
         match result {
-            ReadResult::Failed(reason) => self.read_failed(st, id, std::slice::from_ref(&key), key.kind, &reason, false),
+            ReadResult::Failed(reason) => {
+                self.read_failed(st, id, std::slice::from_ref(&key), key.kind, &reason, false)
+            }
             found_or_not => self.apply_read(st, id, &key, found_or_not),
         }
     }
@@ -468,7 +471,7 @@ impl State {
         let config = self.config.clone();
         // One delay for a whole LIST keeps its retry coalesced (O(kinds) calls, not O(models)).
         let mut shared_delay = None;
-        let mut max_attempt = 0;
+        let mut last_delay = None;
         for key in keys {
             let Some(slot) = self.slots.get_mut(key) else { continue };
             for inc in slot.all_mut() {
@@ -476,27 +479,23 @@ impl State {
                     continue;
                 }
                 let Life::PendingConfirm { attempt, read, .. } = &mut inc.life else { continue };
-                *attempt = attempt.saturating_add(1);
-                max_attempt = max_attempt.max(*attempt);
-                let delay = match (shared, shared_delay) {
-                    (true, Some(d)) => d,
-                    _ => {
-                        let d = backoff_ms(*attempt - 1, config.retry_delay_ms_min, config.retry_delay_ms_max, &mut self.prng);
-                        if shared {
-                            shared_delay = Some(d);
-                        }
-                        d
-                    }
+                let delay = match shared_delay {
+                    Some(d) => d,
+                    None => backoff_ms(*attempt, config.retry_delay_ms_min, config.retry_delay_ms_max, &mut self.prng),
                 };
+                if shared {
+                    shared_delay = Some(delay);
+                }
+                *attempt = attempt.saturating_add(1);
                 *read = ReadState::Waiting { at: st.now.plus_ms(delay) };
+                last_delay = Some(delay);
                 st.dirty.insert(key.clone());
             }
         }
-        let retry_in_ms = shared_delay.unwrap_or_else(|| {
-            backoff_ms(max_attempt.saturating_sub(1), config.retry_delay_ms_min, config.retry_delay_ms_min, &mut Prng::new(0))
-        });
-        let key = (!shared).then(|| keys.first().cloned()).flatten();
-        st.out.push(self.note(Note::ReadFailed { key, kind, reason: reason.to_string(), retry_in_ms }));
+        if let Some(retry_in_ms) = last_delay {
+            let key = (!shared).then(|| keys.first().cloned()).flatten();
+            st.out.push(self.note(Note::ReadFailed { key, kind, reason: reason.to_string(), retry_in_ms }));
+        }
     }
 
     fn on_effect_done(&mut self, st: &mut Step, id: EffectId, outcome: Outcome) {
@@ -508,7 +507,7 @@ impl State {
                 let config = self.config.clone();
                 let Some(inc) = self.slots.get_mut(&key).and_then(|s| s.find_mut(&uid)) else { return };
                 inc.inflight = None;
-                inc.changed_at = now;
+                inc.changed_seq = self.effect_id_next;
                 st.dirty.insert(key.clone());
                 match (outcome, what) {
                     (Outcome::Done, what) => {
@@ -532,14 +531,25 @@ impl State {
                     }
                     (Outcome::Failed(reason), IncOp::Fetch { plan }) => {
                         // The model is Failed on this node (published next), and fetched again later.
-                        let delay = backoff_ms(inc.failures, config.retry_delay_ms_min, config.retry_delay_ms_max, &mut self.prng);
+                        let delay = backoff_ms(
+                            inc.failures,
+                            config.retry_delay_ms_min,
+                            config.retry_delay_ms_max,
+                            &mut self.prng,
+                        );
                         inc.failures = inc.failures.saturating_add(1);
-                        inc.fetched = Fetched::Failed { plan, reason: Arc::from(reason.as_str()), retry_at: now.plus_ms(delay) };
+                        inc.fetched =
+                            Fetched::Failed { plan, reason: Arc::from(reason.as_str()), retry_at: now.plus_ms(delay) };
                         let note = Note::ModelFailed { key, uid, reason };
                         st.out.push(self.note(note));
                     }
                     (Outcome::Failed(reason), _) => {
-                        let delay = backoff_ms(inc.failures, config.retry_delay_ms_min, config.retry_delay_ms_max, &mut self.prng);
+                        let delay = backoff_ms(
+                            inc.failures,
+                            config.retry_delay_ms_min,
+                            config.retry_delay_ms_max,
+                            &mut self.prng,
+                        );
                         inc.failures = inc.failures.saturating_add(1);
                         inc.blocked_until = Some(now.plus_ms(delay));
                         self.stats.effects_failed += 1;
@@ -583,7 +593,7 @@ impl State {
     // Drift
     // ------------------------------------------------------------------------------------------
 
-    fn on_snapshot(&mut self, st: &mut Step, requested_at: Instant, snap: DriftSnapshot) {
+    fn on_snapshot(&mut self, st: &mut Step, requested_seq: u64, snap: DriftSnapshot) {
         let now = st.now;
         let owned_by_uid: BTreeMap<&Uid, &OwnedDir> = snap.owned_dirs.iter().map(|d| (&d.uid, d)).collect();
         let mut known_uids: BTreeSet<Uid> = BTreeSet::new();
@@ -601,7 +611,7 @@ impl State {
             for (i, inc) in slot.current.iter_mut().chain(slot.former.iter_mut()).enumerate() {
                 known_uids.insert(inc.uid().clone());
                 // Stale for this incarnation: something changed since the snapshot was asked for.
-                if inc.inflight.is_some() || inc.changed_at > requested_at {
+                if inc.inflight.is_some() || inc.changed_seq > requested_seq {
                     continue;
                 }
                 let label_is_its = i == 0 || !has_current;
@@ -649,7 +659,12 @@ impl State {
         // Orphans: what no known model claims. Only fresh LISTs of every kind can make them
         // removable; a snapshot alone never removes anything.
         let check = OrphanCheck {
-            labels: snap.labels.keys().filter(|l| wire::is_model_label(l) && !claimed_labels.contains(l.as_str())).cloned().collect(),
+            labels: snap
+                .labels
+                .keys()
+                .filter(|l| wire::is_model_label(l) && !claimed_labels.contains(l.as_str()))
+                .cloned()
+                .collect(),
             entries: snap
                 .entries
                 .iter()
@@ -747,7 +762,8 @@ impl State {
                 }
                 TimerKey::Drift => {
                     if self.snapshot_inflight.is_none() {
-                        let id = self.emit(st, Op::Snapshot, Some(Owner::Snapshot { requested_at: st.now }));
+                        let requested_seq = self.effect_id_next;
+                        let id = self.emit(st, Op::Snapshot, Some(Owner::Snapshot { requested_seq }));
                         self.snapshot_inflight = Some(id);
                     }
                     let period = self.config.drift_period_ms;
@@ -871,7 +887,11 @@ impl State {
                 let keys: Vec<ModelKey> = sync.due.iter().cloned().collect();
                 for key in keys {
                     let deadline = st.now.plus_ms(self.config.live_read_timeout_ms);
-                    let id = self.emit(st, Op::LiveGet { key: key.clone() }, Some(Owner::Get { key: key.clone(), deadline }));
+                    let id = self.emit(
+                        st,
+                        Op::LiveGet { key: key.clone() },
+                        Some(Owner::Get { key: key.clone(), deadline }),
+                    );
                     self.set_timer(deadline, TimerKey::ReadDeadline(id));
                     self.stats.live_gets += 1;
                     if let Some(slot) = self.slots.get_mut(&key) {
@@ -951,7 +971,9 @@ impl State {
             }
         }
         for (uid, op, what) in actions {
-            if let (Op::Publish { key, uid, entry, .. }, IncOp::Publish { status: ModelStatus::Failed, reason }) = (&op, &what) {
+            if let (Op::Publish { key, uid, entry, .. }, IncOp::Publish { status: ModelStatus::Failed, reason }) =
+                (&op, &what)
+            {
                 let note = Note::ModelFailed {
                     key: key.clone(),
                     uid: uid.clone(),

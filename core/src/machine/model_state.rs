@@ -17,9 +17,16 @@ use crate::wire::{ModelEntry, ModelStatus};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Life {
     Observed,
-    PendingConfirm { cause: Cause, attempt: u32, since: Instant, read: ReadState },
+    PendingConfirm {
+        cause: Cause,
+        attempt: u32,
+        since: Instant,
+        read: ReadState,
+    },
     /// Gone for good (uids are never reused): cleanup runs, then the record is dropped.
-    Confirmed { confirmation: Confirmation },
+    Confirmed {
+        confirmation: Confirmation,
+    },
 }
 
 /// The live read of a pending incarnation.
@@ -39,7 +46,10 @@ pub enum Published {
     /// Not known yet (after a start, before the first snapshot).
     Unknown,
     Nothing,
-    Status { status: ModelStatus, reason: Option<Arc<str>> },
+    Status {
+        status: ModelStatus,
+        reason: Option<Arc<str>>,
+    },
     /// Something is there that is not what the agent wrote (a snapshot disagreed).
     Drifted,
 }
@@ -74,14 +84,15 @@ pub struct Incarnation {
     /// Consecutive failed effects, for backoff; reset on success.
     pub failures: u32,
     pub blocked_until: Option<Instant>,
-    /// When this incarnation last changed by an effect outcome or was created (snapshot staleness).
-    pub changed_at: Instant,
+    /// Step sequence number of the last effect outcome or of creation: a snapshot requested
+    /// before it is stale for this incarnation (milliseconds cannot order events of one instant).
+    pub changed_seq: u64,
     /// The instant registered in the timer set for this incarnation.
     pub timer_at: Option<Instant>,
 }
 
 impl Incarnation {
-    pub fn new(obj: Arc<ModelObject>, now: Instant) -> Incarnation {
+    pub fn new(obj: Arc<ModelObject>, seq: u64) -> Incarnation {
         Incarnation {
             obj,
             life: Life::Observed,
@@ -92,7 +103,7 @@ impl Incarnation {
             inflight: None,
             failures: 0,
             blocked_until: None,
-            changed_at: now,
+            changed_seq: seq,
             timer_at: None,
         }
     }
@@ -267,7 +278,14 @@ pub enum IncOp {
 }
 
 /// The next effect an incarnation needs, if any. Pure.
-pub fn next_op(key: &ModelKey, slot: &Slot, inc: &Incarnation, want: &Want, ctx: &Context, now: Instant) -> Option<(Op, IncOp)> {
+pub fn next_op(
+    key: &ModelKey,
+    slot: &Slot,
+    inc: &Incarnation,
+    want: &Want,
+    ctx: &Context,
+    now: Instant,
+) -> Option<(Op, IncOp)> {
     let publish = |status: ModelStatus, reason: Option<&str>| -> Option<(Op, IncOp)> {
         let reason: Option<Arc<str>> = reason.map(Arc::from);
         let target = Published::Status { status, reason: reason.clone() };
@@ -285,7 +303,7 @@ pub fn next_op(key: &ModelKey, slot: &Slot, inc: &Incarnation, want: &Want, ctx:
             label_key: slot.label_key.to_string(),
             label: Some(status),
             cm_key: slot.cm_key.to_string(),
-            entry,
+            entry: Box::new(entry),
         };
         Some((op, IncOp::Publish { status, reason }))
     };
@@ -321,7 +339,9 @@ pub fn next_op(key: &ModelKey, slot: &Slot, inc: &Incarnation, want: &Want, ctx:
         Want::Ready => publish(ModelStatus::Ready, None),
         Want::Fetch(plan) => match &inc.fetched {
             Fetched::Done { plan: done } if done == plan => publish(ModelStatus::Ready, None),
-            Fetched::Failed { plan: failed, reason, .. } if failed == plan => publish(ModelStatus::Failed, Some(reason)),
+            Fetched::Failed { plan: failed, reason, .. } if failed == plan => {
+                publish(ModelStatus::Failed, Some(reason))
+            }
             _ => {
                 let settled = matches!(
                     inc.published,
@@ -332,7 +352,9 @@ pub fn next_op(key: &ModelKey, slot: &Slot, inc: &Incarnation, want: &Want, ctx:
                     return publish(ModelStatus::Updating, None);
                 }
                 let op = match plan {
-                    Plan::Verify { path } => Op::VerifyLocal { key: key.clone(), uid: inc.uid().clone(), path: path.clone() },
+                    Plan::Verify { path } => {
+                        Op::VerifyLocal { key: key.clone(), uid: inc.uid().clone(), path: path.clone() }
+                    }
                     Plan::Download { storage_uri, dest } => Op::Download {
                         key: key.clone(),
                         uid: inc.uid().clone(),

@@ -1,0 +1,964 @@
+//! One test per transition of `core.md`'s tables, and the behaviour around them.
+
+use super::*;
+use crate::model::{ModelSpec, requirement};
+use crate::placement::NodeSelectorTerm;
+
+const ROOT: &str = "/mnt/models";
+
+fn obj(key: &ModelKey, uid: &str, uri: &str, path: Option<&str>) -> ModelObject {
+    ModelObject {
+        key: key.clone(),
+        uid: Uid::new(uid),
+        resource_version: Arc::from("1"),
+        deleting: false,
+        spec: Ok(Arc::new(ModelSpec::simple(uri, path))),
+    }
+}
+
+fn deleting(mut o: ModelObject) -> ModelObject {
+    o.deleting = true;
+    o
+}
+
+fn local(name: &str, uid: &str) -> ModelObject {
+    obj(&ModelKey::cluster(name), uid, &format!("local:///mnt/models/{name}"), None)
+}
+
+fn hf(name: &str, uid: &str) -> ModelObject {
+    obj(&ModelKey::cluster(name), uid, "hf://org/repo", Some(&format!("/mnt/models/{name}")))
+}
+
+fn node(labels: &[(&str, &str)]) -> NodeView {
+    NodeView { name: "node-1".into(), labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() }
+}
+
+/// Drives a core by hand; `auto` answers effects that are not under test.
+struct H {
+    s: State,
+    now: u64,
+    /// How `settle` answers root probes.
+    writable: bool,
+}
+
+impl H {
+    fn new() -> H {
+        H::with(Config::new("node-1", ROOT))
+    }
+
+    fn with(config: Config) -> H {
+        H { s: State::new(config), now: 0, writable: true }
+    }
+
+    fn input(&mut self, input: Input) -> Vec<Effect> {
+        self.s.handle(Instant(self.now), input)
+    }
+
+    fn advance(&mut self, ms: u64) -> Vec<Effect> {
+        self.now += ms;
+        self.input(Input::Tick)
+    }
+
+    fn watch(&mut self, kind: Kind, event: WatchEvent) -> Vec<Effect> {
+        self.input(Input::Watch { kind, event })
+    }
+
+    fn apply(&mut self, o: ModelObject) -> Vec<Effect> {
+        let kind = o.key.kind;
+        self.watch(kind, WatchEvent::Applied(o))
+    }
+
+    /// Node observed, root probed (writable or not), both kinds listed with `objs`.
+    fn start(&mut self, writable: bool, objs: Vec<ModelObject>) -> Vec<Effect> {
+        self.writable = writable;
+        let mut out = self.input(Input::NodeObserved(node(&[])));
+        out.extend(self.answer_probes(&out.clone(), writable));
+        for kind in Kind::ALL {
+            out.extend(self.watch(kind, WatchEvent::RelistStarted));
+            for o in objs.iter().filter(|o| o.key.kind == kind) {
+                out.extend(self.watch(kind, WatchEvent::RelistItem(o.clone())));
+            }
+            out.extend(self.watch(kind, WatchEvent::RelistDone));
+        }
+        out
+    }
+
+    fn answer_probes(&mut self, effects: &[Effect], writable: bool) -> Vec<Effect> {
+        let mut out = Vec::new();
+        for e in effects {
+            if e.op == Op::ProbeRoot {
+                out.extend(self.input(Input::RootProbed { id: e.id, probe: RootProbe::healthy(writable) }));
+            }
+        }
+        out
+    }
+
+    /// Complete every publish/fetch/cleanup effect successfully, and every snapshot with an
+    /// empty node, until nothing more comes (reads are left to the test).
+    fn settle(&mut self, mut effects: Vec<Effect>) -> Vec<Effect> {
+        let mut all = Vec::new();
+        for _ in 0..100 {
+            let mut next = Vec::new();
+            for e in &effects {
+                let input = match &e.op {
+                    Op::Publish { .. }
+                    | Op::Unpublish { .. }
+                    | Op::VerifyLocal { .. }
+                    | Op::Download { .. }
+                    | Op::TrashDir { .. }
+                    | Op::PurgeTrash { .. }
+                    | Op::RemoveOrphanLabel { .. }
+                    | Op::RemoveOrphanEntry { .. } => Input::EffectDone { id: e.id, outcome: Outcome::Done },
+                    Op::ProbeRoot => Input::RootProbed { id: e.id, probe: RootProbe::healthy(self.writable) },
+                    Op::Snapshot => Input::DriftObserved { id: e.id, snapshot: DriftSnapshot::default() },
+                    _ => continue,
+                };
+                next.extend(self.input(input));
+            }
+            all.extend(effects);
+            if next.is_empty() {
+                return all;
+            }
+            effects = next;
+        }
+        panic!("effects did not settle");
+    }
+
+    fn view(&self, key: &ModelKey, uid: &str) -> IncarnationView {
+        self.s.incarnation(key, &Uid::new(uid)).unwrap_or_else(|| panic!("no incarnation {key} {uid}"))
+    }
+}
+
+fn gets(effects: &[Effect]) -> Vec<(EffectId, ModelKey)> {
+    effects
+        .iter()
+        .filter_map(|e| if let Op::LiveGet { key } = &e.op { Some((e.id, key.clone())) } else { None })
+        .collect()
+}
+
+fn lists(effects: &[Effect]) -> Vec<(EffectId, Kind)> {
+    effects.iter().filter_map(|e| if let Op::LiveList { kind } = &e.op { Some((e.id, *kind)) } else { None }).collect()
+}
+
+fn destructive(effects: &[Effect]) -> Vec<&Op> {
+    effects.iter().map(|e| &e.op).filter(|op| op.is_destructive()).collect()
+}
+
+fn published(effects: &[Effect]) -> Vec<(ModelStatus, Option<String>)> {
+    effects
+        .iter()
+        .filter_map(|e| match &e.op {
+            Op::Publish { entry, .. } => Some((entry.status, entry.reason.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn one_get(effects: &[Effect]) -> EffectId {
+    let g = gets(effects);
+    assert_eq!(g.len(), 1, "expected one LiveGet in {effects:#?}");
+    g[0].0
+}
+
+/// A node with one Ready local:// model `m`.
+fn ready_local() -> (H, ModelKey) {
+    let mut h = H::new();
+    let e = h.start(false, vec![local("m", "u1")]);
+    h.settle(e);
+    let key = ModelKey::cluster("m");
+    assert_eq!(h.view(&key, "u1").published, Published::Status { status: ModelStatus::Ready, reason: None });
+    (h, key)
+}
+
+/// Milliseconds until the pending read of `key`'s incarnation `uid` is retried.
+fn read_retry_in(h: &H, key: &ModelKey, uid: &str) -> u64 {
+    match h.view(key, uid).life {
+        Life::PendingConfirm { read: ReadState::Waiting { at }, .. } => at.as_ms() - h.now,
+        other => panic!("not backing off: {other:?}"),
+    }
+}
+
+fn pending_cause(v: &IncarnationView) -> Option<(Cause, u32)> {
+    match v.life {
+        Life::PendingConfirm { cause, attempt, .. } => Some((cause, attempt)),
+        _ => None,
+    }
+}
+
+// ---- Table 1: events on an Observed model --------------------------------------------------
+
+#[test]
+fn observed_watch_deleted_becomes_pending_with_a_live_read() {
+    let (mut h, key) = ready_local();
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("m", "u1")));
+    assert_eq!(pending_cause(&h.view(&key, "u1")), Some((Cause::WatchDeleted, 0)));
+    assert_eq!(gets(&e), vec![(gets(&e)[0].0, key.clone())]);
+    assert!(destructive(&e).is_empty());
+    // The read has a 10 s deadline.
+    assert_eq!(h.s.next_deadline(), Some(Instant(h.now + 10_000)));
+}
+
+#[test]
+fn observed_relist_vanished_becomes_pending_never_cleaned_up_directly() {
+    let (mut h, key) = ready_local();
+    let mut e = h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
+    e.extend(h.watch(Kind::ClusterBaseModel, WatchEvent::RelistDone));
+    assert_eq!(pending_cause(&h.view(&key, "u1")), Some((Cause::RelistVanished, 0)));
+    assert_eq!(gets(&e).len(), 1);
+    assert!(destructive(&e).is_empty());
+}
+
+#[test]
+fn observed_applied_with_deletion_timestamp_is_confirmed_deleting_and_cleaned() {
+    let (mut h, key) = ready_local();
+    let e = h.apply(deleting(local("m", "u1")));
+    assert!(gets(&e).is_empty(), "positive evidence needs no read");
+    assert!(matches!(
+        destructive(&e)[..],
+        [Op::Unpublish { uid, remove_label: true, .. }] if uid.as_str() == "u1"
+    ));
+    assert_eq!(h.view(&key, "u1").life, Life::Confirmed { confirmation: Confirmation::Deleting });
+    h.settle(e);
+    assert!(h.s.incarnation(&key, &Uid::new("u1")).is_none(), "cleaned up and dropped");
+    assert_eq!(h.s.stats().cleanups_done, 1);
+}
+
+// ---- Table 2: live read results for a PendingConfirm model ---------------------------------
+
+fn pending_local() -> (H, ModelKey, EffectId) {
+    let (mut h, key) = ready_local();
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("m", "u1")));
+    let id = one_get(&e);
+    (h, key, id)
+}
+
+#[test]
+fn pending_not_found_is_confirmed_and_cleaned_up() {
+    let (mut h, key, id) = pending_local();
+    let e = h.input(Input::LiveRead { id, result: ReadResult::NotFound });
+    assert_eq!(h.view(&key, "u1").life, Life::Confirmed { confirmation: Confirmation::NotFound });
+    let d = destructive(&e);
+    assert!(matches!(d[..], [Op::Unpublish { remove_label: true, .. }]), "{d:?}");
+    let all = h.settle(e);
+    assert!(!all.iter().any(|e| matches!(e.op, Op::TrashDir { .. })), "local:// weights are never touched");
+    assert_eq!(h.s.model_count(), 0);
+}
+
+#[test]
+fn pending_found_other_uid_cleans_the_old_uid_only() {
+    let (mut h, key, id) = pending_local();
+    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(local("m", "u2")) });
+    assert_eq!(h.view(&key, "u1").life, Life::Confirmed { confirmation: Confirmation::Replaced });
+    assert_eq!(h.view(&key, "u2").life, Life::Observed);
+    assert!(h.view(&key, "u2").current);
+    for op in destructive(&e) {
+        match op {
+            // The label is u2's now: u1's cleanup must not remove it; the entry only if it is u1's.
+            Op::Unpublish { uid, remove_label, .. } => {
+                assert_eq!(uid.as_str(), "u1");
+                assert!(!remove_label);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    h.settle(e);
+    assert!(h.s.incarnation(&key, &Uid::new("u1")).is_none());
+    assert_eq!(h.view(&key, "u2").published, Published::Status { status: ModelStatus::Ready, reason: None });
+}
+
+#[test]
+fn pending_found_same_uid_deleting_is_confirmed() {
+    let (mut h, key, id) = pending_local();
+    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(deleting(local("m", "u1"))) });
+    assert_eq!(h.view(&key, "u1").life, Life::Confirmed { confirmation: Confirmation::Deleting });
+    assert_eq!(destructive(&e).len(), 1);
+}
+
+#[test]
+fn pending_found_same_uid_alive_is_a_suppressed_phantom() {
+    let (mut h, key, id) = pending_local();
+    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(local("m", "u1")) });
+    assert_eq!(h.view(&key, "u1").life, Life::Observed);
+    assert!(destructive(&e).is_empty());
+    assert!(e.iter().any(|e| matches!(&e.op, Op::Note(Note::PhantomSuppressed { cause: Cause::WatchDeleted, .. }))));
+    assert_eq!(h.s.stats().phantom_deletes_suppressed, 1);
+    // Still Ready: nothing to republish.
+    assert!(published(&e).is_empty());
+    assert_eq!(h.s.pending_confirmations().0, 0);
+}
+
+#[test]
+fn pending_failed_read_retries_with_backoff_and_never_cleans_up() {
+    let (mut h, key, id) = pending_local();
+    let e = h.input(Input::LiveRead { id, result: ReadResult::Failed("503".into()) });
+    assert!(destructive(&e).is_empty());
+    assert_eq!(pending_cause(&h.view(&key, "u1")), Some((Cause::WatchDeleted, 1)));
+    let at = read_retry_in(&h, &key, "u1");
+    assert!((750..=1000).contains(&at), "first retry after ~1 s, got {at}");
+    assert!(gets(&h.advance(at - 1)).is_empty());
+    let e = h.advance(1);
+    assert_eq!(gets(&e).len(), 1, "read again after the backoff");
+}
+
+#[test]
+fn pending_reads_time_out_after_10s_and_late_answers_are_ignored() {
+    let (mut h, key, id) = pending_local();
+    let e = h.advance(10_000);
+    assert!(destructive(&e).is_empty());
+    assert_eq!(h.s.stats().reads_timed_out, 1);
+    assert_eq!(pending_cause(&h.view(&key, "u1")), Some((Cause::WatchDeleted, 1)));
+    // The timed-out read answers late with NotFound: it must not confirm anything.
+    let e = h.input(Input::LiveRead { id, result: ReadResult::NotFound });
+    assert!(e.is_empty());
+    assert!(h.view(&key, "u1").life != Life::Confirmed { confirmation: Confirmation::NotFound });
+}
+
+#[test]
+fn pending_has_no_attempt_limit_and_backoff_caps_at_5_minutes() {
+    let (mut h, key, mut id) = pending_local();
+    let mut last_delay = 0;
+    for attempt in 1..=40u32 {
+        h.input(Input::LiveRead { id, result: ReadResult::Failed("connection refused".into()) });
+        assert_eq!(pending_cause(&h.view(&key, "u1")), Some((Cause::WatchDeleted, attempt)));
+        let delay = read_retry_in(&h, &key, "u1");
+        assert!(delay <= 300_000, "attempt {attempt}: {delay}");
+        last_delay = delay;
+        let probes = h.advance(delay - 1);
+        assert!(gets(&probes).is_empty(), "not before the backoff");
+        let e = h.advance(1);
+        id = one_get(&e);
+    }
+    assert!(last_delay >= 225_000, "backoff reached the cap: {last_delay}");
+    let (count, oldest) = h.s.pending_confirmations();
+    assert_eq!(count, 1);
+    assert!(h.now - oldest.unwrap().as_ms() > 3_600_000, "visible with its age");
+    // And when the API answers at last, the cleanup happens.
+    let e = h.input(Input::LiveRead { id, result: ReadResult::NotFound });
+    assert_eq!(destructive(&e).len(), 1);
+}
+
+#[test]
+fn a_second_candidate_event_adds_no_read() {
+    let (mut h, _key, _id) = pending_local();
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("m", "u1")));
+    assert!(gets(&e).is_empty());
+    let mut e = h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
+    e.extend(h.watch(Kind::ClusterBaseModel, WatchEvent::RelistDone));
+    assert!(gets(&e).is_empty() && lists(&e).is_empty());
+}
+
+#[test]
+fn pending_survives_relists_until_a_read_answers() {
+    let (mut h, key, id) = pending_local();
+    // A relist that lists it again does not resolve it: only a live read does.
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(local("m", "u1")));
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistDone);
+    assert!(pending_cause(&h.view(&key, "u1")).is_some());
+    h.input(Input::LiveRead { id, result: ReadResult::Found(local("m", "u1")) });
+    assert_eq!(h.view(&key, "u1").life, Life::Observed);
+}
+
+// ---- Coalescing, relists, fencing, shutdown -------------------------------------------------
+
+#[test]
+fn a_relist_storm_is_answered_by_one_list_per_kind() {
+    let mut h = H::new();
+    let mut objs: Vec<ModelObject> = (0..100).map(|i| local(&format!("c{i}"), &format!("cu{i}"))).collect();
+    objs.extend(
+        (0..50).map(|i| obj(&ModelKey::namespaced("ns", &format!("b{i}")), &format!("bu{i}"), "vendor://v/t/p", None)),
+    );
+    let e = h.start(false, objs.clone());
+    h.settle(e);
+    // Both kinds relist and come back empty (the CRD-apply storm with an empty cache).
+    let mut e = Vec::new();
+    for kind in Kind::ALL {
+        e.extend(h.watch(kind, WatchEvent::RelistStarted));
+        e.extend(h.watch(kind, WatchEvent::RelistDone));
+    }
+    assert!(gets(&e).is_empty());
+    let l = lists(&e);
+    assert_eq!(l.len(), 2, "one LIST per kind: {l:?}");
+    assert!(destructive(&e).is_empty());
+    // The lists show every object alive except c7 (really deleted).
+    let mut out = Vec::new();
+    for (id, kind) in l {
+        let listed = objs.iter().filter(|o| o.key.kind == kind && &*o.key.name != "c7").cloned().collect();
+        out.extend(h.input(Input::LiveList { id, result: ListResult::Listed(listed) }));
+    }
+    assert_eq!(h.s.stats().phantom_deletes_suppressed, 149);
+    let d = destructive(&out);
+    assert_eq!(d.len(), 1);
+    assert!(matches!(d[0], Op::Unpublish { key, .. } if &*key.name == "c7"));
+    assert_eq!(h.s.stats().live_gets, 0);
+    assert_eq!(h.s.stats().live_lists, 2);
+}
+
+#[test]
+fn a_failed_list_retries_as_one_list() {
+    let mut h = H::new();
+    let objs: Vec<ModelObject> = (0..20).map(|i| local(&format!("c{i}"), &format!("u{i}"))).collect();
+    let e = h.start(false, objs.clone());
+    h.settle(e);
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::RelistDone);
+    let (id, _) = lists(&e)[0];
+    let e = h.input(Input::LiveList { id, result: ListResult::Failed("etcd leader changed".into()) });
+    assert!(destructive(&e).is_empty());
+    let delay = h.s.next_deadline().unwrap().as_ms() - h.now;
+    let e = h.advance(delay);
+    assert_eq!(lists(&e).len(), 1);
+    assert!(gets(&e).is_empty(), "the retry stays coalesced");
+}
+
+#[test]
+fn a_restarted_relist_resets_its_buffer() {
+    let (mut h, key) = ready_local();
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(local("m", "u1")));
+    // The list failed part-way: kube's watcher starts again with another Init.
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::RelistDone);
+    assert_eq!(pending_cause(&h.view(&key, "u1")), Some((Cause::RelistVanished, 0)));
+    assert_eq!(gets(&e).len(), 1);
+}
+
+#[test]
+fn readiness_waits_for_the_first_list_and_never_treats_unsynced_as_empty() {
+    let mut h = H::new();
+    let e = h.input(Input::NodeObserved(node(&[])));
+    h.answer_probes(&e, true);
+    assert!(!h.s.readiness().ready);
+    let c = h.s.readiness().checks;
+    assert!(c.iter().any(|c| c.name == "clusterbasemodels-synced" && !c.ok));
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistDone);
+    assert!(!h.s.readiness().ready, "BaseModels not listed yet");
+    h.watch(Kind::BaseModel, WatchEvent::RelistStarted);
+    h.watch(Kind::BaseModel, WatchEvent::RelistDone);
+    assert!(h.s.readiness().ready);
+}
+
+#[test]
+fn delete_and_recreate_never_lets_the_old_uid_touch_the_new_one() {
+    let mut h = H::new();
+    let e = h.start(true, vec![hf("m", "a")]);
+    let all = h.settle(e);
+    assert!(all.iter().any(|e| matches!(&e.op, Op::Download { uid, .. } if uid.as_str() == "a")));
+    let key = ModelKey::cluster("m");
+    assert_eq!(h.view(&key, "a").owned_dir.as_deref(), Some("m"));
+    // The watch shows B under the same name before A's delete was confirmed.
+    let e = h.apply(hf("m", "b"));
+    assert_eq!(pending_cause(&h.view(&key, "a")), Some((Cause::UidChanged, 0)));
+    assert!(destructive(&e).is_empty());
+    assert!(!e.iter().any(|e| matches!(e.op, Op::Download { .. })), "B waits for A's directory to go");
+    let id = one_get(&e);
+    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(hf("m", "b")) });
+    let all = h.settle(e);
+    let mut saw_trash = false;
+    for e in &all {
+        match &e.op {
+            Op::Unpublish { uid, remove_label, .. } => {
+                assert_eq!(uid.as_str(), "a");
+                assert!(!remove_label, "B claims the label");
+            }
+            Op::TrashDir { uid, path, .. } => {
+                assert_eq!(uid.as_str(), "a");
+                assert_eq!(path, "m");
+                saw_trash = true;
+            }
+            Op::Publish { uid, .. } | Op::Download { uid, .. } => assert_eq!(uid.as_str(), "b"),
+            _ => {}
+        }
+    }
+    assert!(saw_trash);
+    let b = h.view(&key, "b");
+    assert_eq!(b.published, Published::Status { status: ModelStatus::Ready, reason: None });
+    assert!(h.s.incarnation(&key, &Uid::new("a")).is_none());
+    // B's download came after A's directory was moved away.
+    let trash_at = all.iter().position(|e| matches!(e.op, Op::TrashDir { .. })).unwrap();
+    let download_at =
+        all.iter().position(|e| matches!(&e.op, Op::Download { uid, .. } if uid.as_str() == "b")).unwrap();
+    assert!(trash_at < download_at);
+}
+
+#[test]
+fn no_destructive_effect_after_shutdown() {
+    let (mut h, key, id) = pending_local();
+    h.input(Input::Shutdown);
+    let e = h.input(Input::LiveRead { id, result: ReadResult::NotFound });
+    assert_eq!(h.view(&key, "u1").life, Life::Confirmed { confirmation: Confirmation::NotFound });
+    assert!(destructive(&e).is_empty());
+    let e = h.apply(deleting(local("other", "u9")));
+    assert!(destructive(&e).is_empty());
+    assert!(destructive(&h.advance(10_000_000)).is_empty());
+}
+
+// ---- Availability ---------------------------------------------------------------------------
+
+#[test]
+fn local_model_is_announced_verified_then_ready() {
+    let mut h = H::new();
+    let e = h.start(false, vec![local("m", "u1")]);
+    assert_eq!(published(&e), vec![(ModelStatus::Updating, None)]);
+    let pid = e.iter().find(|e| matches!(e.op, Op::Publish { .. })).unwrap().id;
+    let e = h.input(Input::EffectDone { id: pid, outcome: Outcome::Done });
+    let [Effect { id: vid, op: Op::VerifyLocal { path, .. } }] = &e[..] else { panic!("{e:?}") };
+    assert_eq!(path, "/mnt/models/m");
+    let e = h.input(Input::EffectDone { id: *vid, outcome: Outcome::Done });
+    let [Effect { op: Op::Publish { label_key, label, cm_key, entry, .. }, .. }] = &e[..] else { panic!("{e:?}") };
+    assert_eq!(label_key, "models.ome.io/clusterbasemodel.m");
+    assert_eq!(*label, Some(ModelStatus::Ready));
+    assert_eq!(cm_key, "clusterbasemodel.m");
+    assert_eq!(entry.to_json(), r#"{"name":"m","status":"Ready","uid":"u1"}"#);
+    assert!(h.s.readiness().ready, "read-only root, local:// only: ready");
+}
+
+#[test]
+fn local_model_missing_is_failed_with_reason_and_verified_again_later() {
+    let mut h = H::new();
+    let e = h.start(false, vec![local("m", "u1")]);
+    let pid = e.iter().find(|e| matches!(e.op, Op::Publish { .. })).unwrap().id;
+    let e = h.input(Input::EffectDone { id: pid, outcome: Outcome::Done });
+    let e = h.input(Input::EffectDone { id: e[0].id, outcome: Outcome::Failed("/mnt/models/m does not exist".into()) });
+    assert_eq!(published(&e), vec![(ModelStatus::Failed, Some("/mnt/models/m does not exist".into()))]);
+    let e = h.settle(e);
+    assert!(!e.iter().any(|e| matches!(e.op, Op::VerifyLocal { .. })));
+    let delay = h.s.next_deadline().unwrap().as_ms() - h.now;
+    let e = h.advance(delay);
+    assert!(e.iter().any(|e| matches!(e.op, Op::VerifyLocal { .. })), "verified again without going Updating");
+    assert!(published(&e).is_empty());
+}
+
+#[test]
+fn vendor_is_ready_without_io_and_pvc_is_never_placed() {
+    let mut h = H::new();
+    let v = obj(&ModelKey::cluster("v"), "uv", "vendor://nvidia/nim/llama", None);
+    let p = obj(&ModelKey::cluster("p"), "up", "pvc://claim/llama", None);
+    let e = h.start(false, vec![v, p]);
+    let all = h.settle(e);
+    assert_eq!(published(&all), vec![(ModelStatus::Ready, None)]);
+    assert!(!all.iter().any(|e| matches!(e.op, Op::VerifyLocal { .. } | Op::Download { .. })));
+    assert!(all.iter().all(|e| !matches!(&e.op, Op::Publish { key, .. } if &*key.name == "p")));
+}
+
+#[test]
+fn downloading_model_owns_its_dir_and_trashes_it_after_a_confirmed_delete() {
+    let mut h = H::new();
+    let e = h.start(true, vec![hf("m", "u1")]);
+    let all = h.settle(e);
+    let dl = all.iter().find_map(|e| {
+        if let Op::Download { dest, storage_uri, .. } = &e.op { Some((dest, storage_uri)) } else { None }
+    });
+    let (dest, uri) = dl.expect("a download");
+    assert_eq!(dest.absolute, "/mnt/models/m");
+    assert_eq!(uri, "hf://org/repo");
+    let key = ModelKey::cluster("m");
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(hf("m", "u1")));
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::NotFound });
+    let all = h.settle(e);
+    let ops: Vec<&Op> = destructive(&all);
+    assert!(matches!(ops[..], [Op::Unpublish { .. }, Op::TrashDir { path, .. }] if path == "m"), "{ops:?}");
+    assert!(h.s.incarnation(&key, &Uid::new("u1")).is_none());
+    // Purged after the grace period, not before.
+    let e = h.advance(3_600_000 - 1);
+    assert!(!e.iter().any(|e| matches!(e.op, Op::PurgeTrash { .. })));
+    let e = h.advance(1);
+    assert!(e.iter().any(|e| matches!(&e.op, Op::PurgeTrash { name } if name.starts_with("u1-"))));
+}
+
+#[test]
+fn reserved_artifacts_are_never_trashed() {
+    let mut h = H::new();
+    let mut o = hf("m", "u1");
+    Arc::make_mut(o.spec.as_mut().unwrap()).reserve_artifact = true;
+    let e = h.start(true, vec![o.clone()]);
+    h.settle(e);
+    let e = h.apply(deleting(o));
+    let all = h.settle(e);
+    assert!(!all.iter().any(|e| matches!(e.op, Op::TrashDir { .. })));
+    assert_eq!(h.s.model_count(), 0);
+}
+
+#[test]
+fn download_on_a_read_only_root_fails_with_a_reason_and_makes_the_node_unready() {
+    let mut h = H::new();
+    let e = h.start(false, vec![local("l", "ul")]);
+    h.settle(e);
+    assert!(h.s.readiness().ready);
+    let e = h.apply(hf("big", "ub"));
+    let p = published(&e);
+    assert_eq!(p.len(), 1);
+    let (status, reason) = &p[0];
+    assert_eq!(*status, ModelStatus::Failed);
+    let reason = reason.as_deref().unwrap();
+    assert!(reason.contains("/mnt/models is read-only") && reason.contains("hf://"), "{reason}");
+    assert!(!e.iter().any(|e| matches!(e.op, Op::Download { .. })));
+    let r = h.s.readiness();
+    assert!(!r.ready);
+    let w = r.checks.iter().find(|c| c.name == "models-root-writable").unwrap();
+    assert!(w.detail.contains("read-only") && w.detail.contains("ClusterBaseModel/big"), "{}", w.detail);
+    // The root becomes writable: the model downloads and the node is ready again.
+    h.settle(e);
+    h.writable = true;
+    let e = h.advance(10_000);
+    let probe = e.iter().find(|e| e.op == Op::ProbeRoot).unwrap().id;
+    let e = h.input(Input::RootProbed { id: probe, probe: RootProbe::healthy(true) });
+    assert!(e.iter().any(|e| matches!(e.op, Op::Download { .. })));
+    assert!(h.s.readiness().ready);
+}
+
+#[test]
+fn write_check_always_and_never() {
+    let mut cfg = Config::new("node-1", ROOT);
+    cfg.write_check = WriteCheck::Always;
+    let mut h = H::with(cfg.clone());
+    h.start(false, vec![]);
+    assert!(!h.s.readiness().ready);
+    cfg.write_check = WriteCheck::Never;
+    let mut h = H::with(cfg);
+    h.start(false, vec![hf("m", "u")]);
+    assert!(h.s.readiness().ready);
+}
+
+#[test]
+fn readiness_needs_a_readable_directory() {
+    let mut h = H::new();
+    let e = h.start(true, vec![]);
+    assert!(h.s.readiness().ready);
+    let _ = e;
+    let e = h.advance(10_000);
+    let probe = e.iter().find(|e| e.op == Op::ProbeRoot).unwrap().id;
+    let missing = RootProbe { exists: false, is_dir: false, readable: false, writable: false, detail: "ENOENT".into() };
+    h.input(Input::RootProbed { id: probe, probe: missing });
+    let r = h.s.readiness();
+    assert!(!r.ready);
+    assert!(r.checks.iter().any(|c| c.name == "models-root" && c.detail.contains("does not exist")));
+}
+
+#[test]
+fn hostile_or_invalid_models_are_failed_and_never_acted_on() {
+    let mut h = H::new();
+    let escape = obj(&ModelKey::cluster("x"), "ux", "hf://org/repo", Some("/mnt/models/../../etc"));
+    let outside = obj(&ModelKey::cluster("y"), "uy", "oci://n/a/b/c/o/d", Some("/var/lib"));
+    let bad_uri = obj(&ModelKey::cluster("z"), "uz", "ftp://x/y", None);
+    let mut broken = local("w", "uw");
+    broken.spec = Err("spec.storage is missing".into());
+    let e = h.start(true, vec![escape, outside, bad_uri, broken]);
+    let all = h.settle(e);
+    assert!(!all.iter().any(|e| matches!(e.op, Op::Download { .. } | Op::VerifyLocal { .. } | Op::TrashDir { .. })));
+    let p = published(&all);
+    assert_eq!(p.len(), 4);
+    assert!(p.iter().all(|(s, _)| *s == ModelStatus::Failed));
+    let reasons: Vec<String> = p.into_iter().map(|(_, r)| r.unwrap()).collect();
+    assert!(reasons.iter().any(|r| r.contains("'..'")));
+    assert!(reasons.iter().any(|r| r.contains("not beneath the models root")));
+    assert!(reasons.iter().any(|r| r.contains("unknown scheme")));
+    assert!(reasons.iter().any(|r| r.contains("invalid model: spec.storage is missing")));
+}
+
+#[test]
+fn a_failed_effect_is_retried_with_backoff() {
+    let mut h = H::new();
+    let e = h.start(false, vec![local("m", "u1")]);
+    let pid = e.iter().find(|e| matches!(e.op, Op::Publish { .. })).unwrap().id;
+    let e = h.input(Input::EffectDone { id: pid, outcome: Outcome::Failed("apiserver 500".into()) });
+    assert!(matches!(&e[..], [Effect { op: Op::Note(Note::EffectFailed { .. }), .. }]));
+    let delay = h.s.next_deadline().unwrap().as_ms() - h.now;
+    assert!((750..=1000).contains(&delay));
+    let e = h.advance(delay);
+    assert_eq!(published(&e), vec![(ModelStatus::Updating, None)]);
+}
+
+#[test]
+fn an_unchanged_ready_label_is_not_flipped_to_updating_on_restart() {
+    let mut h = H::new();
+    let e = h.input(Input::NodeObserved(node(&[("models.ome.io/clusterbasemodel.m", "Ready")])));
+    h.answer_probes(&e, false);
+    h.watch(Kind::BaseModel, WatchEvent::RelistStarted);
+    h.watch(Kind::BaseModel, WatchEvent::RelistDone);
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(local("m", "u1")));
+    assert!(published(&e).is_empty());
+    assert!(e.iter().any(|e| matches!(e.op, Op::VerifyLocal { .. })));
+}
+
+#[test]
+fn a_model_seen_deleting_at_start_is_cleaned_up() {
+    let mut h = H::new();
+    let e = h.start(false, vec![deleting(local("m", "u1"))]);
+    assert!(matches!(destructive(&e)[..], [Op::Unpublish { .. }]));
+    assert!(published(&e).is_empty());
+}
+
+// ---- Placement --------------------------------------------------------------------------------
+
+fn gpu_only(mut o: ModelObject) -> ModelObject {
+    let spec = Arc::make_mut(o.spec.as_mut().unwrap());
+    spec.required_terms =
+        vec![NodeSelectorTerm { match_expressions: vec![requirement("gpu", "In", &["h100"])], match_fields: vec![] }];
+    o
+}
+
+#[test]
+fn placement_moving_away_is_confirmed_then_cleans_up_this_node_only() {
+    let mut h = H::new();
+    let e = h.input(Input::NodeObserved(node(&[("gpu", "h100")])));
+    h.answer_probes(&e, true);
+    let m = gpu_only(hf("m", "u1"));
+    for kind in Kind::ALL {
+        h.watch(kind, WatchEvent::RelistStarted);
+        let e = if kind == Kind::ClusterBaseModel { h.watch(kind, WatchEvent::RelistItem(m.clone())) } else { vec![] };
+        h.settle(e);
+        let e = h.watch(kind, WatchEvent::RelistDone);
+        h.settle(e);
+    }
+    let key = ModelKey::cluster("m");
+    assert_eq!(h.view(&key, "u1").owned_dir.as_deref(), Some("m"));
+    // The node loses its gpu label.
+    let e = h.input(Input::NodeObserved(node(&[])));
+    assert!(destructive(&e).is_empty(), "withdrawal waits for a live read");
+    let id = one_get(&e);
+    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(m.clone()) });
+    assert_eq!(h.s.stats().phantom_deletes_suppressed, 0, "not a phantom delete");
+    let all = h.settle(e);
+    let d = destructive(&all);
+    assert!(matches!(d[..], [Op::Unpublish { remove_label: true, .. }, Op::TrashDir { .. }]), "{d:?}");
+    let v = h.view(&key, "u1");
+    assert_eq!(v.life, Life::Observed, "the model itself lives on");
+    assert_eq!(v.published, Published::Nothing);
+    // Placed here again: it comes back.
+    let e = h.input(Input::NodeObserved(node(&[("gpu", "h100")])));
+    assert!(e.iter().any(|e| matches!(e.op, Op::Publish { .. })));
+}
+
+#[test]
+fn models_never_placed_here_cause_no_effects() {
+    let mut h = H::new();
+    let e = h.start(true, vec![gpu_only(hf("m", "u1"))]);
+    let all = h.settle(e);
+    assert!(all.iter().all(|e| matches!(e.op, Op::ProbeRoot | Op::Snapshot)), "{all:?}");
+    assert!(h.s.readiness().ready, "no downloading model is placed here");
+}
+
+// ---- Drift ------------------------------------------------------------------------------------
+
+fn snapshot_request(effects: &[Effect]) -> EffectId {
+    effects.iter().find(|e| e.op == Op::Snapshot).expect("a snapshot request").id
+}
+
+#[test]
+fn drift_restores_a_missing_label_for_a_ready_model() {
+    let mut h = H::new();
+    let e = h.start(false, vec![local("m", "u1")]);
+    let sid = snapshot_request(&e);
+    h.settle(e.into_iter().filter(|e| e.op != Op::Snapshot).collect());
+    // The snapshot was asked for before the model settled: stale for it, so ignored.
+    let e = h.input(Input::DriftObserved { id: sid, snapshot: DriftSnapshot::default() });
+    assert!(published(&e).is_empty());
+    let e = h.advance(300_000);
+    let sid = snapshot_request(&e);
+    let e = h.input(Input::DriftObserved { id: sid, snapshot: DriftSnapshot::default() });
+    assert_eq!(published(&e), vec![(ModelStatus::Ready, None)], "label and entry restored");
+}
+
+#[test]
+fn drift_removes_orphans_only_after_fresh_lists_show_no_owner() {
+    let mut h = H::new();
+    let e = h.start(false, vec![local("m", "u1")]);
+    let sid = snapshot_request(&e);
+    let snap = DriftSnapshot {
+        labels: BTreeMap::from([
+            ("models.ome.io/clusterbasemodel.gone".into(), "Ready".into()),
+            ("models.ome.io/clusterbasemodel.late".into(), "Ready".into()),
+            ("kubernetes.io/hostname".into(), "node-1".into()),
+        ]),
+        entries: BTreeMap::from([(
+            "clusterbasemodel.gone".into(),
+            EntryView { status: Some(ModelStatus::Ready), uid: Some("ug".into()) },
+        )]),
+        owned_dirs: vec![OwnedDir { path: "gone".into(), uid: Uid::new("ug") }],
+        trash: vec![],
+    };
+    let e = h.input(Input::DriftObserved { id: sid, snapshot: snap });
+    assert!(destructive(&e).is_empty(), "a snapshot alone removes nothing");
+    let l = lists(&e);
+    assert_eq!(l.len(), 2);
+    // The fresh lists show `late` (created since the agent's view) but not `gone`.
+    let mut out = Vec::new();
+    for (id, kind) in l {
+        let listed = if kind == Kind::ClusterBaseModel { vec![local("late", "ul"), local("m", "u1")] } else { vec![] };
+        out.extend(h.input(Input::LiveList { id, result: ListResult::Listed(listed) }));
+    }
+    let d = destructive(&out);
+    assert_eq!(d.len(), 3, "{d:?}");
+    assert!(d.iter().any(|op| matches!(op, Op::RemoveOrphanLabel { label_key } if label_key.ends_with(".gone"))));
+    assert!(d.iter().any(|op| matches!(op, Op::RemoveOrphanEntry { cm_key, uid } if cm_key == "clusterbasemodel.gone" && uid.as_deref() == Some("ug"))));
+    assert!(d.iter().any(|op| matches!(op, Op::TrashDir { uid, key: None, .. } if uid.as_str() == "ug")));
+    assert!(!d.iter().any(|op| matches!(op, Op::RemoveOrphanLabel { label_key } if label_key.ends_with(".late"))));
+}
+
+#[test]
+fn drift_lists_that_fail_remove_nothing() {
+    let mut h = H::new();
+    let e = h.start(false, vec![]);
+    let sid = snapshot_request(&e);
+    let snap = DriftSnapshot {
+        labels: BTreeMap::from([("models.ome.io/clusterbasemodel.x".into(), "Ready".into())]),
+        ..DriftSnapshot::default()
+    };
+    let e = h.input(Input::DriftObserved { id: sid, snapshot: snap });
+    let l = lists(&e);
+    let e1 = h.input(Input::LiveList { id: l[0].0, result: ListResult::Listed(vec![]) });
+    let e2 = h.input(Input::LiveList { id: l[1].0, result: ListResult::Failed("timeout".into()) });
+    assert!(destructive(&e1).is_empty() && destructive(&e2).is_empty());
+}
+
+#[test]
+fn drift_downloads_again_when_the_weights_vanished() {
+    let mut h = H::new();
+    let e = h.start(true, vec![hf("m", "u1")]);
+    h.settle(e);
+    h.advance(1);
+    let e = h.advance(300_000);
+    let sid = snapshot_request(&e);
+    let snap = DriftSnapshot {
+        labels: BTreeMap::from([("models.ome.io/clusterbasemodel.m".into(), "Ready".into())]),
+        entries: BTreeMap::from([(
+            "clusterbasemodel.m".into(),
+            EntryView { status: Some(ModelStatus::Ready), uid: Some("u1".into()) },
+        )]),
+        owned_dirs: vec![],
+        trash: vec![],
+    };
+    let e = h.input(Input::DriftObserved { id: sid, snapshot: snap });
+    assert_eq!(published(&e), vec![(ModelStatus::Updating, None)]);
+    let all = h.settle(e);
+    assert!(all.iter().any(|e| matches!(e.op, Op::Download { .. })));
+}
+
+// ---- Totality, determinism, traces ------------------------------------------------------------
+
+#[test]
+fn every_input_is_handled_in_every_state_without_panic() {
+    // Build one state holding every life: Observed, PendingConfirm (due, waiting, in flight) and
+    // Confirmed (cleanup in flight), then feed every kind of input, including nonsense.
+    let mut h = H::new();
+    let e = h.start(true, vec![local("obs", "u1"), local("pend", "u2"), hf("conf", "u3"), local("wait", "u4")]);
+    h.settle(e);
+    h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("pend", "u2")));
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("wait", "u4")));
+    let _ = e;
+    h.apply(deleting(hf("conf", "u3")));
+    let garbage = EffectId(999_999);
+    let inputs = vec![
+        Input::Tick,
+        Input::LiveRead { id: garbage, result: ReadResult::NotFound },
+        Input::LiveList { id: garbage, result: ListResult::Listed(vec![]) },
+        Input::EffectDone { id: garbage, outcome: Outcome::Done },
+        Input::RootProbed { id: garbage, probe: RootProbe::healthy(false) },
+        Input::DriftObserved { id: garbage, snapshot: DriftSnapshot::default() },
+        Input::Watch { kind: Kind::BaseModel, event: WatchEvent::Applied(local("wrong-stream", "u5")) },
+        Input::Watch { kind: Kind::ClusterBaseModel, event: WatchEvent::RelistDone },
+        Input::Watch { kind: Kind::ClusterBaseModel, event: WatchEvent::RelistItem(local("obs", "u1")) },
+        Input::Watch { kind: Kind::ClusterBaseModel, event: WatchEvent::Deleted(local("unknown", "u6")) },
+        Input::Watch { kind: Kind::ClusterBaseModel, event: WatchEvent::Applied(local("conf", "u3")) },
+        Input::NodeObserved(node(&[("a", "b")])),
+        Input::Shutdown,
+        Input::Tick,
+    ];
+    for input in inputs {
+        for id in 1..200 {
+            // Answer whatever might be in flight, with every kind of answer.
+            let _ = step(
+                &h.s,
+                Instant(h.now),
+                Input::EffectDone { id: EffectId(id), outcome: Outcome::Failed("x".into()) },
+            );
+            let _ = step(
+                &h.s,
+                Instant(h.now),
+                Input::LiveRead { id: EffectId(id), result: ReadResult::Found(local("pend", "u2")) },
+            );
+            let _ = step(
+                &h.s,
+                Instant(h.now),
+                Input::LiveList { id: EffectId(id), result: ListResult::Failed("x".into()) },
+            );
+        }
+        h.input(input);
+        h.now += 7_000;
+    }
+    // The pending confirmation of "conf" ended in cleanup before shutdown; nothing is lost.
+    assert!(h.s.incarnation(&ModelKey::cluster("obs"), &Uid::new("u1")).is_some());
+}
+
+#[test]
+fn step_is_a_pure_fold() {
+    let (h, _key) = ready_local();
+    let before = h.s.clone();
+    let input = Input::Watch { kind: Kind::ClusterBaseModel, event: WatchEvent::Deleted(local("m", "u1")) };
+    let (s1, e1) = step(&before, Instant(5), input.clone());
+    let (s2, e2) = step(&before, Instant(5), input);
+    assert_eq!(e1, e2);
+    assert_eq!(s1.incarnations(), s2.incarnations());
+    assert_eq!(before.incarnations(), h.s.incarnations(), "the previous state is untouched");
+    assert_ne!(before.incarnations(), s1.incarnations());
+}
+
+#[test]
+fn one_seed_reproduces_jitter_and_another_changes_it() {
+    let run = |seed: u64| {
+        let mut cfg = Config::new("node-1", ROOT);
+        cfg.seed = seed;
+        let mut h = H::with(cfg);
+        let e = h.start(false, vec![local("m", "u1")]);
+        h.settle(e);
+        let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("m", "u1")));
+        h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Failed("x".into()) });
+        h.s.next_deadline()
+    };
+    assert_eq!(run(1), run(1));
+    assert!((1..20).any(|s| run(s) != run(0)));
+}
+
+#[test]
+fn a_recorded_trace_replays_byte_for_byte() {
+    use crate::trace::{Recorder, parse, replay};
+    let cfg = Config::new("node-1", ROOT);
+    let mut rec = Recorder::new(&cfg);
+    let mut s = State::new(cfg);
+    let mut now = 0;
+    let mut feed = |s: &mut State, input: Input, now: u64| {
+        let effects = s.handle(Instant(now), input.clone());
+        rec.record(Instant(now), &input, &effects);
+        effects
+    };
+    let e = feed(&mut s, Input::NodeObserved(node(&[])), now);
+    feed(&mut s, Input::RootProbed { id: e[0].id, probe: RootProbe::healthy(true) }, now);
+    for kind in Kind::ALL {
+        feed(&mut s, Input::Watch { kind, event: WatchEvent::RelistStarted }, now);
+        feed(&mut s, Input::Watch { kind, event: WatchEvent::RelistItem(hf(&format!("m-{kind}"), "u").clone()) }, now)
+            .len();
+        feed(&mut s, Input::Watch { kind, event: WatchEvent::RelistDone }, now);
+    }
+    now += 1500;
+    let e = feed(
+        &mut s,
+        Input::Watch { kind: Kind::ClusterBaseModel, event: WatchEvent::Deleted(hf("m-ClusterBaseModel", "u")) },
+        now,
+    );
+    let get = gets(&e)[0].0;
+    feed(&mut s, Input::LiveRead { id: get, result: ReadResult::Failed("x".into()) }, now);
+    feed(&mut s, Input::Tick, now + 5000);
+    let text = rec.text();
+    let trace = parse(&text).unwrap();
+    let (_, divergence) = replay(&trace);
+    assert_eq!(divergence, None);
+    // A different seed diverges where jitter shows.
+    let mut other = trace.clone();
+    other.config.seed = 99;
+    assert!(replay(&other).1.is_some());
+    assert!(parse("").unwrap_err().contains("no header"));
+    assert!(parse(&text.replace("\"version\":1", "\"version\":7")).unwrap_err().contains("version 7"));
+}
