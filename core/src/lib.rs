@@ -12,6 +12,7 @@
 pub mod dest_path;
 pub mod machine;
 pub mod model;
+pub mod pcoll;
 pub mod placement;
 pub mod prng;
 pub mod storage_uri;

@@ -45,6 +45,8 @@ pub struct Config {
     pub retry_delay_ms_min: u64,
     pub retry_delay_ms_max: u64,
     /// From this many keys of one kind due for a read at once, one LIST replaces the GETs.
+    /// A LIST costs the API server O(objects of the kind), so a handful of GETs is cheaper;
+    /// a relist storm (every key at once) always coalesces.
     pub coalesce_keys_min: usize,
     pub drift_period_ms: u64,
     pub root_probe_period_ms: u64,
@@ -62,7 +64,7 @@ impl Config {
             live_read_timeout_ms: 10_000,
             retry_delay_ms_min: 1_000,
             retry_delay_ms_max: 300_000,
-            coalesce_keys_min: 2,
+            coalesce_keys_min: 16,
             drift_period_ms: 300_000,
             root_probe_period_ms: 10_000,
             trash_grace_ms: 3_600_000,

@@ -9,6 +9,8 @@ pub mod io;
 pub mod model_state;
 
 use imbl::{OrdMap, OrdSet};
+
+use crate::pcoll::{Map, Set};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -36,7 +38,8 @@ enum Owner {
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum TimerKey {
-    Inc(ModelKey, Uid),
+    /// Shared so that timer entries stay small in the ordered set.
+    Inc(Arc<(ModelKey, Uid)>),
     ReadDeadline(EffectId),
     RootProbe,
     Drift,
@@ -49,12 +52,12 @@ struct KindSync {
     /// The first list of this kind has completed.
     synced: bool,
     /// Keys seen since the current relist began.
-    relisting: Option<OrdSet<ModelKey>>,
+    relisting: Option<Set<ModelKey>>,
     /// The newest LIST of this kind in flight.
     list_inflight: Option<EffectId>,
     /// Keys with an incarnation pending confirmation, and those whose read is due now.
-    pending: OrdSet<ModelKey>,
-    due: OrdSet<ModelKey>,
+    pending: Set<ModelKey>,
+    due: Set<ModelKey>,
 }
 
 /// An orphan check: things on the node no known model claims, waiting for fresh LISTs.
@@ -91,11 +94,12 @@ pub struct State {
     prng: Prng,
     effect_id_next: u64,
     started: bool,
-    slots: OrdMap<ModelKey, Slot>,
+    /// Values are shared pointers: tree nodes move 8 bytes, not a whole record.
+    slots: Map<ModelKey, Arc<Slot>>,
     kinds: [KindSync; 2],
     node: Option<Arc<NodeView>>,
     root: Option<RootProbe>,
-    inflight: OrdMap<EffectId, Owner>,
+    inflight: Map<EffectId, Owner>,
     timers: OrdSet<(Instant, TimerKey)>,
     trash: OrdMap<String, Instant>,
     drift_started: bool,
@@ -121,7 +125,8 @@ pub fn next_deadline(state: &State) -> Option<Instant> {
 struct Step {
     now: Instant,
     out: Vec<Effect>,
-    dirty: BTreeSet<ModelKey>,
+    /// Models this step touched (deduplicated when the step settles; usually one).
+    dirty: Vec<ModelKey>,
 }
 
 /// A view of one incarnation, for tests, the simulator and logs.
@@ -159,11 +164,11 @@ impl State {
             config: Arc::new(config),
             effect_id_next: 1,
             started: false,
-            slots: OrdMap::new(),
+            slots: Map::default(),
             kinds: Default::default(),
             node: None,
             root: None,
-            inflight: OrdMap::new(),
+            inflight: Map::default(),
             timers: OrdSet::new(),
             trash: OrdMap::new(),
             drift_started: false,
@@ -204,7 +209,7 @@ impl State {
 
     /// Handle one input at `now`; returns the effects to execute, in order.
     pub fn handle(&mut self, now: Instant, input: Input) -> Vec<Effect> {
-        let mut st = Step { now, out: Vec::new(), dirty: BTreeSet::new() };
+        let mut st = Step { now, out: Vec::new(), dirty: Vec::new() };
         if !self.started {
             self.started = true;
             self.set_timer(now, TimerKey::RootProbe);
@@ -263,7 +268,7 @@ impl State {
                     self.make_candidate(st, &obj.key, Cause::WatchDeleted);
                 }
             }
-            WatchEvent::RelistStarted => sync.relisting = Some(OrdSet::new()),
+            WatchEvent::RelistStarted => sync.relisting = Some(Set::default()),
             WatchEvent::RelistItem(obj) if obj.key.kind == kind => {
                 if let Some(seen) = &mut sync.relisting {
                     seen.insert(obj.key.clone());
@@ -282,7 +287,7 @@ impl State {
                         })
                         .map(|(k, _)| k.clone())
                         .collect();
-                    for key in vanished {
+                    for key in sorted(vanished) {
                         self.make_candidate(st, &key, Cause::RelistVanished);
                     }
                 }
@@ -301,27 +306,39 @@ impl State {
 
     /// An object seen alive (watch, relist or live read).
     fn on_object(&mut self, st: &mut Step, obj: ModelObject) {
+        // The common steady-state event changes nothing the core uses: no work to do.
+        if let Some(inc) = self.slots.get_mut(&obj.key).map(Arc::make_mut).and_then(|s| s.current.as_mut())
+            && inc.uid() == &obj.uid
+            && inc.obj.deleting == obj.deleting
+            && inc.obj.spec == obj.spec
+        {
+            return;
+        }
         let key = obj.key.clone();
         let obj = Arc::new(obj);
         let now = st.now;
-        st.dirty.insert(key.clone());
-        let slot = self.slots.entry(key.clone()).or_insert_with(|| Slot {
-            label_key: Arc::from(wire::label_key(&key).as_str()),
-            cm_key: Arc::from(wire::configmap_key(&key).as_str()),
-            current: None,
-            former: Vec::new(),
-        });
+        st.dirty.push(key.clone());
+        let slot = Arc::make_mut(self.slots.entry(key.clone()).or_insert_with(|| {
+            Arc::new(Slot {
+                label_key: Arc::from(wire::label_key(&key).as_str()),
+                cm_key: Arc::from(wire::configmap_key(&key).as_str()),
+                current: None,
+                former: Vec::new(),
+                indexed_pending: false,
+                indexed_due: false,
+            })
+        }));
         let mut confirmed = Vec::new();
         if let Some(inc) = slot.find_mut(&obj.uid) {
             // A uid already known: refresh, unless it is confirmed gone (a stale view).
             if !inc.is_confirmed() {
-                inc.obj = obj.clone();
+                inc.set_obj(obj.clone(), &self.config.models_root);
                 if obj.deleting {
                     confirm(inc, Confirmation::Deleting, &mut confirmed);
                 }
             }
         } else {
-            let mut inc = Incarnation::new(obj.clone(), self.effect_id_next);
+            let mut inc = Incarnation::new(obj.clone(), self.effect_id_next, &self.config.models_root);
             if obj.deleting {
                 confirm(&mut inc, Confirmation::Deleting, &mut confirmed);
             }
@@ -337,13 +354,13 @@ impl State {
     }
 
     fn make_candidate(&mut self, st: &mut Step, key: &ModelKey, cause: Cause) {
-        let Some(inc) = self.slots.get_mut(key).and_then(|s| s.current.as_mut()) else { return };
+        let Some(inc) = self.slots.get_mut(key).map(Arc::make_mut).and_then(|s| s.current.as_mut()) else { return };
         if inc.life == Life::Observed {
             inc.life = pending(cause, st.now);
             if cause != Cause::PlacementExit {
                 self.stats.candidates += 1;
             }
-            st.dirty.insert(key.clone());
+            st.dirty.push(key.clone());
         }
     }
 
@@ -404,12 +421,13 @@ impl State {
 
     /// A read answered (Found or NotFound) every incarnation of `key` that awaits it.
     fn apply_read(&mut self, st: &mut Step, id: EffectId, key: &ModelKey, result: ReadResult) {
-        let Some(slot) = self.slots.get_mut(key) else { return };
+        let models_root = &self.config.models_root;
+        let Some(slot) = self.slots.get_mut(key).map(Arc::make_mut) else { return };
         let mut confirmed = Vec::new();
         let mut suppressed = Vec::new();
         let mut revived_former = None;
-        let found = match &result {
-            ReadResult::Found(obj) if obj.key == *key => Some(Arc::new(obj.clone())),
+        let found = match result {
+            ReadResult::Found(obj) if obj.key == *key => Some(Arc::new(obj)),
             _ => None,
         };
         let current_uid = slot.current.as_ref().map(|c| c.uid().clone());
@@ -422,11 +440,11 @@ impl State {
                 None => confirm(inc, Confirmation::NotFound, &mut confirmed),
                 Some(obj) if obj.uid != *inc.uid() => confirm(inc, Confirmation::Replaced, &mut confirmed),
                 Some(obj) if obj.deleting => {
-                    inc.obj = obj.clone();
+                    inc.set_obj(obj.clone(), models_root);
                     confirm(inc, Confirmation::Deleting, &mut confirmed);
                 }
                 Some(obj) => {
-                    inc.obj = obj.clone();
+                    inc.set_obj(obj.clone(), models_root);
                     inc.life = Life::Observed;
                     if cause == Cause::PlacementExit {
                         inc.exit_confirmed = true;
@@ -452,7 +470,7 @@ impl State {
                 slot.former.push(displaced);
             }
         }
-        st.dirty.insert(key.clone());
+        st.dirty.push(key.clone());
         for (uid, cause) in suppressed {
             self.stats.phantom_deletes_suppressed += 1;
             st.out.push(self.note(Note::PhantomSuppressed { key: key.clone(), uid, cause }));
@@ -473,7 +491,7 @@ impl State {
         let mut shared_delay = None;
         let mut last_delay = None;
         for key in keys {
-            let Some(slot) = self.slots.get_mut(key) else { continue };
+            let Some(slot) = self.slots.get_mut(key).map(Arc::make_mut) else { continue };
             for inc in slot.all_mut() {
                 if !inc.awaits(id) {
                     continue;
@@ -489,7 +507,7 @@ impl State {
                 *attempt = attempt.saturating_add(1);
                 *read = ReadState::Waiting { at: st.now.plus_ms(delay) };
                 last_delay = Some(delay);
-                st.dirty.insert(key.clone());
+                st.dirty.push(key.clone());
             }
         }
         if let Some(retry_in_ms) = last_delay {
@@ -505,10 +523,12 @@ impl State {
             Owner::Inc { key, uid, what } => {
                 self.inflight.remove(&id);
                 let config = self.config.clone();
-                let Some(inc) = self.slots.get_mut(&key).and_then(|s| s.find_mut(&uid)) else { return };
+                let Some(inc) = self.slots.get_mut(&key).map(Arc::make_mut).and_then(|s| s.find_mut(&uid)) else {
+                    return;
+                };
                 inc.inflight = None;
                 inc.changed_seq = self.effect_id_next;
-                st.dirty.insert(key.clone());
+                st.dirty.push(key.clone());
                 match (outcome, what) {
                     (Outcome::Done, what) => {
                         inc.failures = 0;
@@ -599,9 +619,8 @@ impl State {
         let mut known_uids: BTreeSet<Uid> = BTreeSet::new();
         let mut claimed_labels: BTreeSet<Arc<str>> = BTreeSet::new();
         let mut claimed_entries: BTreeSet<Arc<str>> = BTreeSet::new();
-        let keys: Vec<ModelKey> = self.slots.keys().cloned().collect();
-        for key in keys {
-            let slot = self.slots.get_mut(&key).expect("key listed");
+        for key in sorted(self.slots.keys().cloned().collect()) {
+            let slot = self.slots.get_mut(&key).map(Arc::make_mut).expect("key listed");
             claimed_labels.insert(slot.label_key.clone());
             claimed_entries.insert(slot.cm_key.clone());
             let label = snap.labels.get(&*slot.label_key).and_then(|v| ModelStatus::parse(v));
@@ -632,18 +651,18 @@ impl State {
                 };
                 if observed != inc.published {
                     inc.published = observed;
-                    st.dirty.insert(key.clone());
+                    st.dirty.push(key.clone());
                 }
                 match (owned_by_uid.get(inc.uid()), &inc.fetched) {
                     (Some(dir), _) if inc.owned_dir.is_none() => {
                         inc.owned_dir = Some(dir.path.clone());
-                        st.dirty.insert(key.clone());
+                        st.dirty.push(key.clone());
                     }
                     // Ready, but the weights are gone from disk: fetch again (#834's drift).
                     (None, Fetched::Done { plan: Plan::Download { .. } }) => {
                         inc.owned_dir = None;
                         inc.fetched = Fetched::No;
-                        st.dirty.insert(key.clone());
+                        st.dirty.push(key.clone());
                     }
                     _ => {}
                 }
@@ -748,11 +767,12 @@ impl State {
             }
             self.timers.remove(&(at, key.clone()));
             match key {
-                TimerKey::Inc(key, uid) => {
-                    if let Some(inc) = self.slots.get_mut(&key).and_then(|s| s.find_mut(&uid)) {
+                TimerKey::Inc(id) => {
+                    let (key, uid) = (*id).clone();
+                    if let Some(inc) = self.slots.get_mut(&key).map(Arc::make_mut).and_then(|s| s.find_mut(&uid)) {
                         inc.timer_at = None;
                         inc.wake(st.now);
-                        st.dirty.insert(key);
+                        st.dirty.push(key);
                     }
                 }
                 TimerKey::ReadDeadline(id) => self.read_timed_out(st, id),
@@ -810,7 +830,9 @@ impl State {
     // ------------------------------------------------------------------------------------------
 
     fn settle(&mut self, st: &mut Step) {
-        let dirty: Vec<ModelKey> = std::mem::take(&mut st.dirty).into_iter().collect();
+        let mut dirty = std::mem::take(&mut st.dirty);
+        dirty.sort_unstable();
+        dirty.dedup();
         for key in &dirty {
             self.check_placement_exit(st, key);
             self.reindex(key);
@@ -820,20 +842,17 @@ impl State {
         touched.sort();
         touched.dedup();
         for key in &touched {
-            self.drive(st, key);
-            self.reindex(key);
-            self.sync_timers(key);
+            self.settle_key(st, key);
         }
-        // Drive may confirm nothing new, but placement exits found while driving wait for the
-        // next step's reads; keep the dirty set empty for the next input.
-        debug_assert!(st.dirty.is_empty() || st.dirty.iter().all(|k| touched.contains(k)));
+        // Keys marked while issuing reads were driven above.
+        debug_assert!(st.dirty.iter().all(|k| touched.binary_search(k).is_ok()));
     }
 
     /// A model that no longer places here but may have something on the node: re-read it
     /// before anything is withdrawn.
     fn check_placement_exit(&mut self, st: &mut Step, key: &ModelKey) {
         let node = self.node.clone();
-        let Some(inc) = self.slots.get_mut(key).and_then(|s| s.current.as_mut()) else { return };
+        let Some(inc) = self.slots.get_mut(key).map(Arc::make_mut).and_then(|s| s.current.as_mut()) else { return };
         if inc.life != Life::Observed {
             return;
         }
@@ -851,22 +870,10 @@ impl State {
         }
     }
 
+    /// Keep the per-kind pending/due indexes true for `key`.
     fn reindex(&mut self, key: &ModelKey) {
-        let (pending, due) = match self.slots.get(key) {
-            Some(slot) => (slot.all().any(Incarnation::is_pending), slot.all().any(Incarnation::read_due)),
-            None => (false, false),
-        };
         let sync = &mut self.kinds[key.kind.index()];
-        if pending {
-            sync.pending.insert(key.clone());
-        } else {
-            sync.pending.remove(key);
-        }
-        if due {
-            sync.due.insert(key.clone());
-        } else {
-            sync.due.remove(key);
-        }
+        reindex_slot(sync, key, self.slots.get_mut(key).map(Arc::make_mut));
     }
 
     /// Issue the reads that are due: one LIST per kind when enough keys are due (or one is in
@@ -884,8 +891,7 @@ impl State {
                 touched.extend(sync.pending.iter().cloned());
                 self.issue_list(st, kind, false);
             } else {
-                let keys: Vec<ModelKey> = sync.due.iter().cloned().collect();
-                for key in keys {
+                for key in sorted(sync.due.iter().cloned().collect()) {
                     let deadline = st.now.plus_ms(self.config.live_read_timeout_ms);
                     let id = self.emit(
                         st,
@@ -894,7 +900,7 @@ impl State {
                     );
                     self.set_timer(deadline, TimerKey::ReadDeadline(id));
                     self.stats.live_gets += 1;
-                    if let Some(slot) = self.slots.get_mut(&key) {
+                    if let Some(slot) = self.slots.get_mut(&key).map(Arc::make_mut) {
                         for inc in slot.all_mut().filter(|i| i.read_due()) {
                             set_read(inc, ReadState::InFlight { id });
                         }
@@ -912,12 +918,12 @@ impl State {
     /// A quorum LIST of `kind` that answers every incarnation of the kind pending now whose read
     /// is not in flight (due or backing off: answering early is harmless).
     fn issue_list(&mut self, st: &mut Step, kind: Kind, drift: bool) -> EffectId {
-        let keys: Vec<ModelKey> = self.kinds[kind.index()].pending.iter().cloned().collect();
+        let keys = sorted(self.kinds[kind.index()].pending.iter().cloned().collect());
         let deadline = st.now.plus_ms(self.config.live_read_timeout_ms);
         let id = self.effect_id();
         let mut covered = Vec::new();
         for key in &keys {
-            let Some(slot) = self.slots.get_mut(key) else { continue };
+            let Some(slot) = self.slots.get_mut(key).map(Arc::make_mut) else { continue };
             let mut any = false;
             for inc in slot.all_mut() {
                 if matches!(inc.life, Life::PendingConfirm { read: ReadState::Due | ReadState::Waiting { .. }, .. }) {
@@ -927,7 +933,7 @@ impl State {
             }
             if any {
                 covered.push(key.clone());
-                st.dirty.insert(key.clone());
+                st.dirty.push(key.clone());
             }
         }
         let owner = Owner::List { kind, keys: Arc::new(covered), drift, deadline };
@@ -939,91 +945,27 @@ impl State {
         id
     }
 
-    /// Emit the next effect of every incarnation of `key` that is free to act, and drop the
-    /// incarnations that are confirmed gone and fully cleaned up.
-    fn drive(&mut self, st: &mut Step, key: &ModelKey) {
-        let Some(slot) = self.slots.get(key) else { return };
-        let label_value = self.node.as_ref().and_then(|n| n.labels.get(&*slot.label_key));
-        let mut actions: Vec<(Uid, Op, IncOp)> = Vec::new();
-        let mut finished: Vec<Uid> = Vec::new();
-        let former_owns_dir =
-            slot.former.iter().any(|f| f.owned_dir.is_some() && !f.obj.spec().is_some_and(|s| s.reserve_artifact));
-        for inc in slot.all() {
-            if inc.inflight.is_some() || inc.blocked_until.is_some_and(|t| t > st.now) {
-                continue;
-            }
-            let is_current = slot.current.as_ref().is_some_and(|c| c.uid() == inc.uid());
-            let label_fenced = slot.current.as_ref().is_some_and(|c| c.uid() != inc.uid() && c.claims_label());
-            let ctx = Context {
-                node: self.node.as_deref(),
-                root: self.root.as_ref(),
-                models_root: &self.config.models_root,
-                label_fenced,
-                former_owns_dir: is_current && former_owns_dir,
-                label_is_ready: label_value.is_some_and(|v| v == ModelStatus::Ready.as_str()),
-            };
-            let want = want(inc, &ctx);
-            match next_op(key, slot, inc, &want, &ctx, st.now) {
-                Some((op, _)) if self.shutting_down && op.is_destructive() => {}
-                Some((op, what)) => actions.push((inc.uid().clone(), op, what)),
-                None if inc.is_confirmed() => finished.push(inc.uid().clone()),
-                None => {}
-            }
-        }
-        for (uid, op, what) in actions {
-            if let (Op::Publish { key, uid, entry, .. }, IncOp::Publish { status: ModelStatus::Failed, reason }) =
-                (&op, &what)
-            {
-                let note = Note::ModelFailed {
-                    key: key.clone(),
-                    uid: uid.clone(),
-                    reason: reason.as_deref().map(str::to_string).unwrap_or_else(|| entry.status.as_str().into()),
-                };
-                st.out.push(self.note(note));
-            }
-            let owner = Owner::Inc { key: key.clone(), uid: uid.clone(), what };
-            let id = self.emit(st, op, Some(owner));
-            if let Some(inc) = self.slots.get_mut(key).and_then(|s| s.find_mut(&uid)) {
-                inc.inflight = Some(id);
-            }
-        }
-        if !finished.is_empty() {
-            let slot = self.slots.get_mut(key).expect("slot exists");
-            for uid in &finished {
-                let timer_at = slot.all().find(|i| i.uid() == uid).and_then(|i| i.timer_at);
-                if slot.current.as_ref().is_some_and(|c| c.uid() == uid) {
-                    slot.current = None;
-                } else {
-                    slot.former.retain(|f| f.uid() != uid);
-                }
-                if let Some(at) = timer_at {
-                    self.timers.remove(&(at, TimerKey::Inc(key.clone(), uid.clone())));
-                }
-                self.stats.cleanups_done += 1;
-            }
-            if self.slots.get(key).is_some_and(Slot::is_empty) {
-                self.slots.remove(key);
-            }
-        }
-    }
-
-    fn sync_timers(&mut self, key: &ModelKey) {
-        let Some(slot) = self.slots.get_mut(key) else { return };
-        let mut changes = Vec::new();
-        for inc in slot.all_mut() {
-            let want = inc.wake_at();
-            if want != inc.timer_at {
-                changes.push((inc.timer_at, want, inc.uid().clone()));
-                inc.timer_at = want;
-            }
-        }
-        for (old, new, uid) in changes {
-            if let Some(at) = old {
-                self.timers.remove(&(at, TimerKey::Inc(key.clone(), uid.clone())));
-            }
-            if let Some(at) = new {
-                self.timers.insert((at, TimerKey::Inc(key.clone(), uid)));
-            }
+    /// Drive one touched model with a single map lookup: emit what its incarnations need next,
+    /// sync their timers and the per-kind indexes, and drop the record once it is empty.
+    fn settle_key(&mut self, st: &mut Step, key: &ModelKey) {
+        let State { slots, kinds, node, root, config, timers, inflight, effect_id_next, shutting_down, stats, .. } =
+            self;
+        let sync = &mut kinds[key.kind.index()];
+        let Some(shared) = slots.get_mut(key) else {
+            reindex_slot(sync, key, None);
+            return;
+        };
+        let slot = Arc::make_mut(shared);
+        let mut emitter = Emitter { next_id: effect_id_next, inflight, out: &mut st.out };
+        let env =
+            Env { node: node.as_deref(), root: root.as_ref(), config, shutting_down: *shutting_down, now: st.now };
+        drive(&env, &mut emitter, timers, stats, key, slot);
+        sync_timers(timers, key, slot);
+        if slot.is_empty() {
+            reindex_slot(sync, key, None);
+            slots.remove(key);
+        } else {
+            reindex_slot(sync, key, Some(slot));
         }
     }
 
@@ -1035,12 +977,7 @@ impl State {
 
     fn emit(&mut self, st: &mut Step, op: Op, owner: Option<Owner>) -> EffectId {
         debug_assert!(!(self.shutting_down && op.is_destructive()), "destructive effect after shutdown: {op:?}");
-        let id = self.effect_id();
-        if let Some(owner) = owner {
-            self.inflight.insert(id, owner);
-        }
-        st.out.push(Effect { id, op });
-        id
+        Emitter { next_id: &mut self.effect_id_next, inflight: &mut self.inflight, out: &mut st.out }.emit(op, owner)
     }
 
     fn note(&mut self, note: Note) -> Effect {
@@ -1050,7 +987,7 @@ impl State {
     fn note_confirmed(&mut self, st: &mut Step, confirmed: Vec<(ModelKey, Uid, Confirmation)>) {
         for (key, uid, confirmation) in confirmed {
             self.stats.deletes_confirmed += 1;
-            st.dirty.insert(key.clone());
+            st.dirty.push(key.clone());
             st.out.push(self.note(Note::DeleteConfirmed { key, uid, confirmation }));
         }
     }
@@ -1061,7 +998,8 @@ impl State {
 
     pub fn incarnations(&self) -> Vec<IncarnationView> {
         let mut out = Vec::new();
-        for (key, slot) in &self.slots {
+        for key in sorted(self.slots.keys().cloned().collect()) {
+            let slot = &self.slots[&key];
             for (i, inc) in slot.current.iter().chain(slot.former.iter()).enumerate() {
                 out.push(IncarnationView {
                     key: key.clone(),
@@ -1092,7 +1030,7 @@ impl State {
         let mut oldest: Option<Instant> = None;
         for kind in Kind::ALL {
             for key in self.kinds[kind.index()].pending.iter() {
-                for inc in self.slots.get(key).into_iter().flat_map(Slot::all) {
+                for inc in self.slots.get(key).into_iter().flat_map(|s| s.all()) {
                     if let Life::PendingConfirm { since, cause, .. } = inc.life
                         && cause != Cause::PlacementExit
                     {
@@ -1108,14 +1046,16 @@ impl State {
     /// Models eligible here that download, i.e. that need a writable models root.
     pub fn models_needing_write(&self) -> Vec<ModelKey> {
         let node = self.node.as_deref();
-        self.slots
+        let keys = self
+            .slots
             .iter()
             .filter_map(|(key, slot)| {
                 let inc = slot.current.as_ref()?;
                 let downloads = inc.obj.spec().and_then(|s| s.uri.as_ref().ok()).is_some_and(|u| u.downloads());
                 (downloads && !inc.is_confirmed() && eligible_now(inc, node) == Some(true)).then(|| key.clone())
             })
-            .collect()
+            .collect::<Vec<_>>();
+        sorted(keys)
     }
 
     /// Ready iff the first list of every kind completed and the models root exists, is a
@@ -1164,6 +1104,145 @@ impl State {
         checks.push(Check { name: "models-root-writable".into(), ok, detail });
         Readiness { ready: checks.iter().all(|c| c.ok), checks }
     }
+}
+
+/// Hands out effect ids and records who waits for each outcome.
+struct Emitter<'a> {
+    next_id: &'a mut u64,
+    inflight: &'a mut Map<EffectId, Owner>,
+    out: &'a mut Vec<Effect>,
+}
+
+impl Emitter<'_> {
+    fn emit(&mut self, op: Op, owner: Option<Owner>) -> EffectId {
+        let id = EffectId(*self.next_id);
+        *self.next_id += 1;
+        if let Some(owner) = owner {
+            self.inflight.insert(id, owner);
+        }
+        self.out.push(Effect { id, op });
+        id
+    }
+}
+
+/// The parts of the state a decision about one model reads.
+struct Env<'a> {
+    node: Option<&'a NodeView>,
+    root: Option<&'a RootProbe>,
+    config: &'a Config,
+    shutting_down: bool,
+    now: Instant,
+}
+
+/// Emit the next effect of every incarnation of `key` that is free to act, and drop the
+/// incarnations that are confirmed gone and fully cleaned up.
+fn drive(
+    env: &Env,
+    emitter: &mut Emitter,
+    timers: &mut OrdSet<(Instant, TimerKey)>,
+    stats: &mut Stats,
+    key: &ModelKey,
+    slot: &mut Slot,
+) {
+    let label_value = env.node.and_then(|n| n.labels.get(&*slot.label_key));
+    let mut actions: Vec<(Uid, Op, IncOp)> = Vec::new();
+    let mut finished: Vec<Uid> = Vec::new();
+    let former_owns_dir =
+        slot.former.iter().any(|f| f.owned_dir.is_some() && !f.obj.spec().is_some_and(|s| s.reserve_artifact));
+    for inc in slot.all() {
+        if inc.inflight.is_some() || inc.blocked_until.is_some_and(|t| t > env.now) {
+            continue;
+        }
+        let is_current = slot.current.as_ref().is_some_and(|c| c.uid() == inc.uid());
+        let label_fenced = slot.current.as_ref().is_some_and(|c| c.uid() != inc.uid() && c.claims_label());
+        let ctx = Context {
+            node: env.node,
+            root: env.root,
+            models_root: &env.config.models_root,
+            label_fenced,
+            former_owns_dir: is_current && former_owns_dir,
+            label_is_ready: label_value.is_some_and(|v| v == ModelStatus::Ready.as_str()),
+        };
+        let want = want(inc, &ctx);
+        match next_op(key, slot, inc, &want, &ctx, env.now) {
+            Some((op, _)) if env.shutting_down && op.is_destructive() => {}
+            Some((op, what)) => actions.push((inc.uid().clone(), op, what)),
+            None if inc.is_confirmed() => finished.push(inc.uid().clone()),
+            None => {}
+        }
+    }
+    for (uid, op, what) in actions {
+        if let IncOp::Publish { status: ModelStatus::Failed, reason } = &what {
+            let reason = reason.as_deref().unwrap_or("Failed").to_string();
+            let note = Note::ModelFailed { key: key.clone(), uid: uid.clone(), reason };
+            emitter.emit(Op::Note(note), None);
+        }
+        let owner = Owner::Inc { key: key.clone(), uid: uid.clone(), what };
+        let id = emitter.emit(op, Some(owner));
+        if let Some(inc) = slot.find_mut(&uid) {
+            inc.inflight = Some(id);
+        }
+    }
+    for uid in &finished {
+        let timer_at = slot.all().find(|i| i.uid() == uid).and_then(|i| i.timer_at);
+        if slot.current.as_ref().is_some_and(|c| c.uid() == uid) {
+            slot.current = None;
+        } else {
+            slot.former.retain(|f| f.uid() != uid);
+        }
+        if let Some(at) = timer_at {
+            timers.remove(&(at, TimerKey::Inc(Arc::new((key.clone(), uid.clone())))));
+        }
+        stats.cleanups_done += 1;
+    }
+}
+
+fn sync_timers(timers: &mut OrdSet<(Instant, TimerKey)>, key: &ModelKey, slot: &mut Slot) {
+    for inc in slot.all_mut() {
+        let want = inc.wake_at();
+        if want == inc.timer_at {
+            continue;
+        }
+        if let Some(at) = inc.timer_at {
+            timers.remove(&(at, TimerKey::Inc(Arc::new((key.clone(), inc.uid().clone())))));
+        }
+        if let Some(at) = want {
+            timers.insert((at, TimerKey::Inc(Arc::new((key.clone(), inc.uid().clone())))));
+        }
+        inc.timer_at = want;
+    }
+}
+
+/// The slot remembers what is indexed, so the sets are only touched when membership changes.
+fn reindex_slot(sync: &mut KindSync, key: &ModelKey, slot: Option<&mut Slot>) {
+    let Some(slot) = slot else {
+        sync.pending.remove(key);
+        sync.due.remove(key);
+        return;
+    };
+    let pending = slot.all().any(Incarnation::is_pending);
+    let due = slot.all().any(Incarnation::read_due);
+    if pending != slot.indexed_pending {
+        slot.indexed_pending = pending;
+        if pending {
+            sync.pending.insert(key.clone())
+        } else {
+            sync.pending.remove(key)
+        };
+    }
+    if due != slot.indexed_due {
+        slot.indexed_due = due;
+        if due {
+            sync.due.insert(key.clone())
+        } else {
+            sync.due.remove(key)
+        };
+    }
+}
+
+fn sorted(mut keys: Vec<ModelKey>) -> Vec<ModelKey> {
+    keys.sort_unstable();
+    keys
 }
 
 fn pending(cause: Cause, now: Instant) -> Life {

@@ -73,6 +73,8 @@ pub enum Plan {
 #[derive(Clone, Debug)]
 pub struct Incarnation {
     pub obj: Arc<ModelObject>,
+    /// `dest_path` of the spec, computed when the spec changes (not on every decision).
+    pub dest: Result<Option<DestPath>, String>,
     pub life: Life,
     pub published: Published,
     pub fetched: Fetched,
@@ -92,8 +94,9 @@ pub struct Incarnation {
 }
 
 impl Incarnation {
-    pub fn new(obj: Arc<ModelObject>, seq: u64) -> Incarnation {
+    pub fn new(obj: Arc<ModelObject>, seq: u64, models_root: &str) -> Incarnation {
         Incarnation {
+            dest: dest_of(&obj, models_root),
             obj,
             life: Life::Observed,
             published: Published::Unknown,
@@ -106,6 +109,14 @@ impl Incarnation {
             changed_seq: seq,
             timer_at: None,
         }
+    }
+
+    /// Take a fresher copy of the same object.
+    pub fn set_obj(&mut self, obj: Arc<ModelObject>, models_root: &str) {
+        if obj.spec != self.obj.spec {
+            self.dest = dest_of(&obj, models_root);
+        }
+        self.obj = obj;
     }
 
     pub fn uid(&self) -> &Uid {
@@ -162,6 +173,13 @@ impl Incarnation {
     }
 }
 
+fn dest_of(obj: &ModelObject, models_root: &str) -> Result<Option<DestPath>, String> {
+    match obj.spec() {
+        Some(spec) => dest_path(spec, models_root),
+        None => Ok(None),
+    }
+}
+
 /// All incarnations that share one name.
 #[derive(Clone, Debug)]
 pub struct Slot {
@@ -172,6 +190,9 @@ pub struct Slot {
     /// Older uids: pending confirmation or being cleaned up. Not bounded by a number: each is a
     /// distinct object that existed, and each leaves once confirmed and cleaned.
     pub former: Vec<Incarnation>,
+    /// What the per-kind pending/due indexes hold for this name.
+    pub indexed_pending: bool,
+    pub indexed_due: bool,
 }
 
 impl Slot {
@@ -245,9 +266,9 @@ pub fn want(inc: &Incarnation, ctx: &Context) -> Want {
         Err(reason) => return Want::Failed(reason.clone()),
         Ok(uri) => uri,
     };
-    let dest = match dest_path(spec, ctx.models_root) {
-        Err(reason) => return Want::Failed(reason),
-        Ok(dest) => dest,
+    let dest = match &inc.dest {
+        Err(reason) => return Want::Failed(reason.clone()),
+        Ok(dest) => dest.clone(),
     };
     match (uri.provisioning(), dest) {
         (Provisioning::Nothing, _) => Want::Ready,
