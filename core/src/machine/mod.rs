@@ -30,7 +30,6 @@ enum Owner {
     Inc { key: ModelKey, uid: Uid, what: IncOp },
     Get { key: ModelKey, deadline: Instant },
     List { kind: Kind, keys: Arc<Vec<ModelKey>>, drift: bool, deadline: Instant },
-    RootProbe,
     Snapshot { requested_seq: u64 },
     Purge { name: String },
     Orphan,
@@ -236,10 +235,7 @@ impl State {
             Input::LiveRead { id, result } => self.on_live_read(st, id, result),
             Input::LiveList { id, result } => self.on_live_list(st, id, result),
             Input::EffectDone { id, outcome } => self.on_effect_done(st, id, outcome),
-            Input::RootProbed { id, probe } => {
-                if matches!(self.inflight.get(&id), Some(Owner::RootProbe)) {
-                    self.inflight.remove(&id);
-                }
+            Input::RootProbed { probe, .. } => {
                 if self.root.as_ref() != Some(&probe) {
                     self.root = Some(probe);
                     st.dirty.extend(self.slots.keys().cloned());
@@ -262,11 +258,7 @@ impl State {
         match event {
             WatchEvent::Applied(obj) if obj.key.kind == kind => self.on_object(st, obj),
             WatchEvent::Deleted(obj) if obj.key.kind == kind => {
-                let is_current =
-                    self.slots.get(&obj.key).and_then(|s| s.current.as_ref()).is_some_and(|c| c.uid() == &obj.uid);
-                if is_current {
-                    self.make_candidate(st, &obj.key, Cause::WatchDeleted);
-                }
+                self.make_candidate(st, &obj.key, Some(&obj.uid), Cause::WatchDeleted);
             }
             WatchEvent::RelistStarted => sync.relisting = Some(Set::default()),
             WatchEvent::RelistItem(obj) if obj.key.kind == kind => {
@@ -288,7 +280,7 @@ impl State {
                         .map(|(k, _)| k.clone())
                         .collect();
                     for key in sorted(vanished) {
-                        self.make_candidate(st, &key, Cause::RelistVanished);
+                        self.make_candidate(st, &key, None, Cause::RelistVanished);
                     }
                 }
                 self.kinds[kind.index()].synced = true;
@@ -353,8 +345,14 @@ impl State {
         self.note_confirmed(st, confirmed);
     }
 
-    fn make_candidate(&mut self, st: &mut Step, key: &ModelKey, cause: Cause) {
-        let Some(inc) = self.slots.get_mut(key).map(Arc::make_mut).and_then(|s| s.current.as_mut()) else { return };
+    /// The incarnation with `uid` (the current one when `None`) becomes a deletion candidate.
+    fn make_candidate(&mut self, st: &mut Step, key: &ModelKey, uid: Option<&Uid>, cause: Cause) {
+        let Some(slot) = self.slots.get_mut(key).map(Arc::make_mut) else { return };
+        let inc = match uid {
+            Some(uid) => slot.find_mut(uid),
+            None => slot.current.as_mut(),
+        };
+        let Some(inc) = inc else { return };
         if inc.life == Life::Observed {
             inc.life = pending(cause, st.now);
             if cause != Cause::PlacementExit {
@@ -425,13 +423,11 @@ impl State {
         let Some(slot) = self.slots.get_mut(key).map(Arc::make_mut) else { return };
         let mut confirmed = Vec::new();
         let mut suppressed = Vec::new();
-        let mut revived_former = None;
         let found = match result {
             ReadResult::Found(obj) if obj.key == *key => Some(Arc::new(obj)),
             _ => None,
         };
-        let current_uid = slot.current.as_ref().map(|c| c.uid().clone());
-        for (i, inc) in slot.current.iter_mut().chain(slot.former.iter_mut()).enumerate() {
+        for inc in slot.all_mut() {
             if !inc.awaits(id) {
                 continue;
             }
@@ -451,25 +447,10 @@ impl State {
                     } else {
                         suppressed.push((inc.uid().clone(), cause));
                     }
-                    if i > 0 && current_uid.as_ref() != Some(inc.uid()) {
-                        revived_former = Some(inc.uid().clone());
-                    }
                 }
             }
         }
-        // The live object is the truth: an earlier uid found alive becomes current again, and the
-        // one that displaced it must now be confirmed in turn.
-        if let Some(uid) = revived_former {
-            let pos = slot.former.iter().position(|f| f.uid() == &uid).expect("revived former exists");
-            let revived = slot.former.remove(pos);
-            if let Some(mut displaced) = slot.current.replace(revived) {
-                if displaced.life == Life::Observed {
-                    displaced.life = pending(Cause::UidChanged, st.now);
-                    self.stats.candidates += 1;
-                }
-                slot.former.push(displaced);
-            }
-        }
+        self.stats.candidates += normalize(slot, st.now);
         st.dirty.push(key.clone());
         for (uid, cause) in suppressed {
             self.stats.phantom_deletes_suppressed += 1;
@@ -605,7 +586,7 @@ impl State {
                 }
             }
             // Reads, probes and snapshots answer with their own inputs.
-            Owner::Get { .. } | Owner::List { .. } | Owner::RootProbe | Owner::Snapshot { .. } => {}
+            Owner::Get { .. } | Owner::List { .. } | Owner::Snapshot { .. } => {}
         }
     }
 
@@ -777,15 +758,20 @@ impl State {
                 }
                 TimerKey::ReadDeadline(id) => self.read_timed_out(st, id),
                 TimerKey::RootProbe => {
-                    self.emit(st, Op::ProbeRoot, Some(Owner::RootProbe));
+                    // Any probe answer is news, whichever request it answers: no owner is kept,
+                    // so unanswered probes leave nothing behind.
+                    self.emit(st, Op::ProbeRoot, None);
                     self.set_timer(st.now.plus_ms(self.config.root_probe_period_ms), TimerKey::RootProbe);
                 }
                 TimerKey::Drift => {
-                    if self.snapshot_inflight.is_none() {
-                        let requested_seq = self.effect_id_next;
-                        let id = self.emit(st, Op::Snapshot, Some(Owner::Snapshot { requested_seq }));
-                        self.snapshot_inflight = Some(id);
+                    // A snapshot never answered (the API was down) is replaced, not waited for:
+                    // at most one is outstanding.
+                    if let Some(old) = self.snapshot_inflight.take() {
+                        self.inflight.remove(&old);
                     }
+                    let requested_seq = self.effect_id_next;
+                    let id = self.emit(st, Op::Snapshot, Some(Owner::Snapshot { requested_seq }));
+                    self.snapshot_inflight = Some(id);
                     let period = self.config.drift_period_ms;
                     let jitter = self.prng.up_to(period / 10);
                     self.set_timer(st.now.plus_ms(period - jitter), TimerKey::Drift);
@@ -863,7 +849,7 @@ impl State {
                     || inc.owned_dir.is_some()
                     || inc.inflight.is_some();
                 if something_here {
-                    self.make_candidate(st, key, Cause::PlacementExit);
+                    self.make_candidate(st, key, None, Cause::PlacementExit);
                 }
             }
             _ => {}
@@ -1149,18 +1135,21 @@ fn drive(
     let mut finished: Vec<Uid> = Vec::new();
     let former_owns_dir =
         slot.former.iter().any(|f| f.owned_dir.is_some() && !f.obj.spec().is_some_and(|s| s.reserve_artifact));
+    let former_pending = slot.former.iter().any(Incarnation::is_pending);
     for inc in slot.all() {
         if inc.inflight.is_some() || inc.blocked_until.is_some_and(|t| t > env.now) {
             continue;
         }
         let is_current = slot.current.as_ref().is_some_and(|c| c.uid() == inc.uid());
-        let label_fenced = slot.current.as_ref().is_some_and(|c| c.uid() != inc.uid() && c.claims_label());
+        // Any other incarnation not confirmed gone may be the live one and own the label.
+        let label_fenced = slot.all().any(|o| o.uid() != inc.uid() && !o.is_confirmed() && o.claims_label());
         let ctx = Context {
             node: env.node,
             root: env.root,
             models_root: &env.config.models_root,
             label_fenced,
             former_owns_dir: is_current && former_owns_dir,
+            predecessor_pending: is_current && former_pending,
             label_is_ready: label_value.is_some_and(|v| v == ModelStatus::Ready.as_str()),
         };
         let want = want(inc, &ctx);
@@ -1195,6 +1184,28 @@ fn drive(
         }
         stats.cleanups_done += 1;
     }
+    if !finished.is_empty() {
+        stats.candidates += normalize(slot, env.now);
+    }
+}
+
+/// Keep a slot's shape true: an incarnation that is alive and unquestioned (`Observed`) is the
+/// current one. A former found alive by a live read displaces the current; an empty or
+/// confirmed-gone current gives way. A displaced `Observed` current becomes a candidate in turn
+/// (returns how many), since two uids cannot both be alive under one name.
+fn normalize(slot: &mut Slot, now: Instant) -> u64 {
+    let Some(pos) = slot.former.iter().position(|f| f.life == Life::Observed) else { return 0 };
+    let revived = slot.former.remove(pos);
+    let mut candidates = 0;
+    if let Some(mut displaced) = slot.current.replace(revived) {
+        if displaced.life == Life::Observed {
+            displaced.life = pending(Cause::UidChanged, now);
+            candidates += 1;
+        }
+        slot.former.push(displaced);
+    }
+    debug_assert!(slot.former.iter().all(|f| f.life != Life::Observed), "one live incarnation per name");
+    candidates
 }
 
 fn sync_timers(timers: &mut OrdSet<(Instant, TimerKey)>, key: &ModelKey, slot: &mut Slot) {

@@ -230,10 +230,14 @@ pub struct Context<'a> {
     pub node: Option<&'a NodeView>,
     pub root: Option<&'a RootProbe>,
     pub models_root: &'a str,
-    /// Another incarnation of this name claims the node label: do not remove it.
+    /// Another incarnation of this name, not confirmed gone, claims the node label: keep it.
     pub label_fenced: bool,
     /// An earlier incarnation still has a directory to move away first.
     pub former_owns_dir: bool,
+    /// An earlier incarnation of this name awaits confirmation. Which uid is the live one is
+    /// then unknown (a stale list can show an old uid after a new one): publish nothing that
+    /// would overwrite the other's label or entry until a live read says.
+    pub predecessor_pending: bool,
     /// The node label for this name reads Ready already.
     pub label_is_ready: bool,
 }
@@ -253,6 +257,9 @@ pub fn want(inc: &Incarnation, ctx: &Context) -> Want {
         Life::Confirmed { .. } => return Want::Absent,
         Life::PendingConfirm { .. } => return Want::Hold,
         Life::Observed => {}
+    }
+    if ctx.predecessor_pending {
+        return Want::Hold;
     }
     let Some(node) = ctx.node else { return Want::Hold };
     let spec = match &inc.obj.spec {

@@ -962,3 +962,65 @@ fn a_recorded_trace_replays_byte_for_byte() {
     assert!(parse("").unwrap_err().contains("no header"));
     assert!(parse(&text.replace("\"version\":1", "\"version\":7")).unwrap_err().contains("version 7"));
 }
+
+#[test]
+fn an_unanswered_snapshot_does_not_block_later_drift_passes() {
+    let mut h = H::new();
+    let e = h.start(false, vec![local("m", "u1")]);
+    let first = snapshot_request(&e);
+    h.settle(e.into_iter().filter(|e| e.op != Op::Snapshot).collect());
+    let e = h.advance(300_000);
+    let second = snapshot_request(&e);
+    assert_ne!(first, second);
+    // The late answer to the replaced request is ignored; the new one is used.
+    assert!(h.input(Input::DriftObserved { id: first, snapshot: DriftSnapshot::default() }).is_empty());
+    let e = h.input(Input::DriftObserved { id: second, snapshot: DriftSnapshot::default() });
+    assert_eq!(published(&e), vec![(ModelStatus::Ready, None)]);
+    // Unanswered probes leave nothing in flight.
+    let before = h.s.inflight_count();
+    for _ in 0..10 {
+        h.advance(10_000);
+    }
+    assert!(h.s.inflight_count() <= before + 1);
+}
+
+#[test]
+fn a_stale_list_showing_an_old_uid_never_overwrites_the_live_one() {
+    // The node knows only B (restarted after A was deleted and B created under the same name).
+    let mut h = H::new();
+    let e = h.start(true, vec![hf("m", "b")]);
+    h.settle(e);
+    let key = ModelKey::cluster("m");
+    // A lagging server lists the deleted A.
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
+    let mut e = h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(hf("m", "a")));
+    e.extend(h.watch(Kind::ClusterBaseModel, WatchEvent::RelistDone));
+    assert!(published(&e).is_empty(), "A must not overwrite B's entry: {e:#?}");
+    assert!(destructive(&e).is_empty());
+    assert!(!e.iter().any(|e| matches!(e.op, Op::Download { .. })));
+    // The live read shows B: B is current again, and A is confirmed gone without touching B.
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(hf("m", "b")) });
+    assert!(h.view(&key, "b").current);
+    let all = h.settle(e);
+    let e2 = gets(&all);
+    let all = if let Some((id, _)) = e2.first() {
+        let e = h.input(Input::LiveRead { id: *id, result: ReadResult::Found(hf("m", "b")) });
+        h.settle(e)
+    } else {
+        all
+    };
+    for e in &all {
+        match &e.op {
+            Op::Unpublish { uid, remove_label, .. } => {
+                assert_eq!(uid.as_str(), "a");
+                assert!(!remove_label);
+            }
+            Op::TrashDir { .. } => panic!("A never had a directory here"),
+            Op::Publish { uid, .. } => assert_eq!(uid.as_str(), "b"),
+            _ => {}
+        }
+    }
+    assert!(h.s.incarnation(&key, &Uid::new("a")).is_none());
+    assert_eq!(h.view(&key, "b").life, Life::Observed);
+    assert_eq!(h.view(&key, "b").owned_dir.as_deref(), Some("m"), "B's weights untouched");
+}

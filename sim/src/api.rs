@@ -1,0 +1,217 @@
+//! The simulated API server: ground truth for models, this fleet's node labels and ConfigMaps,
+//! and the controller that holds each model's finalizer until no node has an entry for it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use model_agent_core::machine::DriftSnapshot;
+use model_agent_core::placement::{NodeView, placement};
+use model_agent_core::wire::{self, ModelStatus};
+use model_agent_core::{Kind, ModelKey, ModelObject, ModelSpec, Uid};
+
+/// One live object.
+#[derive(Clone, Debug)]
+pub struct ApiObject {
+    pub key: ModelKey,
+    pub uid: Uid,
+    pub created_rv: u64,
+    pub rv: u64,
+    pub spec: Arc<ModelSpec>,
+    pub deleting: bool,
+    /// The controller's finalizer (OME's `*.ome.io/finalizer`).
+    pub finalizer: bool,
+}
+
+impl ApiObject {
+    pub fn to_model(&self) -> ModelObject {
+        ModelObject {
+            key: self.key.clone(),
+            uid: self.uid.clone(),
+            resource_version: Arc::from(self.rv.to_string().as_str()),
+            deleting: self.deleting,
+            spec: Ok(self.spec.clone()),
+        }
+    }
+}
+
+/// A deleted object, kept so that a lagging server can still "see" it.
+#[derive(Clone, Debug)]
+pub struct Tomb {
+    pub obj: ApiObject,
+    pub deleted_rv: u64,
+}
+
+/// One ConfigMap entry as stored (what the controller and the checks need of it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredEntry {
+    pub status: ModelStatus,
+    pub uid: Option<String>,
+}
+
+#[derive(Debug, Default)]
+pub struct Api {
+    pub rv: u64,
+    pub objects: BTreeMap<ModelKey, ApiObject>,
+    pub graveyard: Vec<Tomb>,
+    /// Per node: its `models.ome.io/` labels.
+    pub labels: Vec<BTreeMap<String, String>>,
+    /// Per node: its ConfigMap's entries.
+    pub entries: Vec<BTreeMap<String, StoredEntry>>,
+    /// Per node: the Node object's own labels (for eligibility).
+    pub node_labels: Vec<BTreeMap<String, String>>,
+    /// The API server does not answer at all.
+    pub down: bool,
+    /// GETs and LISTs fail (the watch still works).
+    pub reads_fail: bool,
+    uid_next: u64,
+}
+
+/// A change the watch streams must carry.
+#[derive(Clone, Debug)]
+pub enum Change {
+    Applied(ModelObject),
+    Deleted(ModelObject),
+}
+
+impl Api {
+    pub fn new(nodes: usize) -> Api {
+        Api {
+            labels: vec![BTreeMap::new(); nodes],
+            entries: vec![BTreeMap::new(); nodes],
+            node_labels: vec![BTreeMap::new(); nodes],
+            ..Api::default()
+        }
+    }
+
+    pub fn node_view(&self, node: usize) -> NodeView {
+        NodeView { name: node_name(node), labels: self.node_labels[node].clone() }
+    }
+
+    pub fn create(&mut self, key: ModelKey, spec: Arc<ModelSpec>, finalizer: bool) -> Option<Change> {
+        if self.objects.contains_key(&key) {
+            return None;
+        }
+        self.rv += 1;
+        self.uid_next += 1;
+        let uid = Uid::new(&format!("uid-{}-{}", key.name, self.uid_next));
+        let obj = ApiObject { key: key.clone(), uid, created_rv: self.rv, rv: self.rv, spec, deleting: false, finalizer };
+        let model = obj.to_model();
+        self.objects.insert(key, obj);
+        Some(Change::Applied(model))
+    }
+
+    /// A user's delete: with a finalizer the object lingers with a deletionTimestamp.
+    pub fn delete(&mut self, key: &ModelKey) -> Vec<Change> {
+        let Some(obj) = self.objects.get_mut(key) else { return vec![] };
+        if obj.deleting {
+            return vec![];
+        }
+        self.rv += 1;
+        if obj.finalizer {
+            obj.deleting = true;
+            obj.rv = self.rv;
+            let mut out = vec![Change::Applied(obj.to_model())];
+            out.extend(self.controller_check(key));
+            out
+        } else {
+            self.remove(key).into_iter().collect()
+        }
+    }
+
+    fn remove(&mut self, key: &ModelKey) -> Option<Change> {
+        let mut obj = self.objects.remove(key)?;
+        self.rv += 1;
+        obj.rv = self.rv;
+        let model = obj.to_model();
+        self.graveyard.push(Tomb { obj, deleted_rv: self.rv });
+        Some(Change::Deleted(model))
+    }
+
+    /// The controller: a deleting object loses its finalizer once no node's ConfigMap holds an
+    /// entry for its key that is not `Deleted` (OME's rule: by key, not uid).
+    pub fn controller_check(&mut self, key: &ModelKey) -> Option<Change> {
+        let obj = self.objects.get(key)?;
+        if !obj.deleting {
+            return None;
+        }
+        let cm_key = wire::configmap_key(key);
+        let waiting = self.entries.iter().any(|e| e.get(&cm_key).is_some_and(|s| s.status != ModelStatus::Deleted));
+        if waiting { None } else { self.remove(key) }
+    }
+
+    pub fn spec_update(&mut self, key: &ModelKey, spec: Arc<ModelSpec>) -> Option<Change> {
+        let obj = self.objects.get_mut(key)?;
+        self.rv += 1;
+        obj.rv = self.rv;
+        obj.spec = spec;
+        Some(Change::Applied(obj.to_model()))
+    }
+
+    pub fn get(&self, key: &ModelKey) -> Option<ModelObject> {
+        self.objects.get(key).map(ApiObject::to_model)
+    }
+
+    /// A quorum list (`at_rv: None`) or the list a server lagging at `at_rv` would serve.
+    pub fn list(&self, kind: Kind, at_rv: Option<u64>) -> Vec<ModelObject> {
+        match at_rv {
+            None => self.objects.values().filter(|o| o.key.kind == kind).map(ApiObject::to_model).collect(),
+            Some(rv) => {
+                let live = self.objects.values().filter(|o| o.created_rv <= rv);
+                let dead = self.graveyard.iter().filter(|t| t.obj.created_rv <= rv && rv < t.deleted_rv).map(|t| &t.obj);
+                let mut all: Vec<ModelObject> =
+                    live.chain(dead).filter(|o| o.key.kind == kind).map(ApiObject::to_model).collect();
+                all.sort_by(|a, b| a.key.cmp(&b.key));
+                all.dedup_by(|a, b| a.key == b.key);
+                all
+            }
+        }
+    }
+
+    /// What happened after `rv`, as a watch resumed from it replays it.
+    pub fn changes_since(&self, kind: Kind, rv: u64) -> Vec<Change> {
+        let mut out: Vec<(u64, Change)> = Vec::new();
+        for t in &self.graveyard {
+            if t.deleted_rv > rv && t.obj.created_rv <= rv && t.obj.key.kind == kind {
+                out.push((t.deleted_rv, Change::Deleted(t.obj.to_model())));
+            }
+        }
+        for o in self.objects.values().filter(|o| o.key.kind == kind && o.rv > rv) {
+            out.push((o.rv, Change::Applied(o.to_model())));
+        }
+        out.sort_by_key(|(rv, _)| *rv);
+        out.into_iter().map(|(_, c)| c).collect()
+    }
+
+    /// Is an object with this uid alive (not being deleted) and placed on `node`?
+    pub fn live_here(&self, uid: &str, node: usize) -> Option<&ApiObject> {
+        let view = self.node_view(node);
+        self.objects
+            .values()
+            .find(|o| o.uid.as_str() == uid && !o.deleting && placement(&o.spec, &view).is_eligible())
+    }
+
+    /// A live object placed on `node` whose node label is `label_key`.
+    pub fn live_by_label(&self, label_key: &str, node: usize) -> Option<&ApiObject> {
+        let view = self.node_view(node);
+        self.objects.values().find(|o| {
+            !o.deleting && wire::label_key(&o.key) == label_key && placement(&o.spec, &view).is_eligible()
+        })
+    }
+
+    pub fn snapshot(&self, node: usize) -> DriftSnapshot {
+        use model_agent_core::machine::EntryView;
+        DriftSnapshot {
+            labels: self.labels[node].clone(),
+            entries: self.entries[node]
+                .iter()
+                .map(|(k, e)| (k.clone(), EntryView { status: Some(e.status), uid: e.uid.clone() }))
+                .collect(),
+            owned_dirs: vec![],
+            trash: vec![],
+        }
+    }
+}
+
+pub fn node_name(node: usize) -> String {
+    format!("node-{node:04}")
+}

@@ -1,0 +1,238 @@
+//! `model-agent-sim`: run scenarios, swarms and trace replays. See `model-agent-sim help`.
+
+use std::process::ExitCode;
+
+use model_agent_sim::scenario::{self, Options, Report};
+use model_agent_sim::world::AgentKind;
+
+const HELP: &str = "\
+model-agent-sim: deterministic simulation of a fleet running the model agent's core
+
+USAGE:
+  model-agent-sim scenario NAME [--nodes N] [--models M] [--seed S] [--agent core|upstream|both]
+                                [--json] [--svg FILE]
+  model-agent-sim swarm --seeds K [--seed FIRST] [--nodes N] [--models M] [--json] [--dump-traces DIR]
+  model-agent-sim replay FILE [--check]
+  model-agent-sim list
+
+Scenarios: crd-ssa, apiserver-outage, stale-relist, unsynced-empty, delete-recreate, read-failures,
+real-mass-delete, shutdown-mid-storm, readonly-root.
+
+A scenario exits 1 when the core shows damage or an invariant fails (the upstream model's damage
+is reported, not failed). A swarm exits 1 at the first failing seed and prints the command that
+replays it. `replay --check` exits 1 when the core's effects differ from the recorded ones.";
+
+struct Args(Vec<String>);
+
+impl Args {
+    fn flag(&mut self, name: &str) -> bool {
+        match self.0.iter().position(|a| a == name) {
+            Some(i) => {
+                self.0.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn value(&mut self, name: &str) -> Result<Option<String>, String> {
+        match self.0.iter().position(|a| a == name) {
+            Some(i) if i + 1 < self.0.len() => {
+                let v = self.0.remove(i + 1);
+                self.0.remove(i);
+                Ok(Some(v))
+            }
+            Some(_) => Err(format!("{name} needs a value")),
+            None => Ok(None),
+        }
+    }
+
+    fn number<T: std::str::FromStr>(&mut self, name: &str) -> Result<Option<T>, String> {
+        self.value(name)?.map(|v| v.parse().map_err(|_| format!("{name}: not a number: {v}"))).transpose()
+    }
+
+    fn done(&self) -> Result<(), String> {
+        match self.0.first() {
+            Some(extra) => Err(format!("unexpected argument {extra:?}")),
+            None => Ok(()),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let mut args = Args(std::env::args().skip(1).collect());
+    let command = if args.0.is_empty() { "help".to_string() } else { args.0.remove(0) };
+    let result = match command.as_str() {
+        "scenario" => cmd_scenario(args),
+        "swarm" => cmd_swarm(args),
+        "replay" => cmd_replay(args),
+        "list" => {
+            scenario::SCENARIOS.iter().for_each(|s| println!("{s}"));
+            Ok(true)
+        }
+        "help" | "--help" | "-h" => {
+            println!("{HELP}");
+            Ok(true)
+        }
+        other => Err(format!("unknown command {other:?}\n\n{HELP}")),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("model-agent-sim: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn cmd_scenario(mut args: Args) -> Result<bool, String> {
+    if args.0.is_empty() {
+        return Err("scenario needs a NAME".into());
+    }
+    let name = args.0.remove(0);
+    let json = args.flag("--json");
+    let svg = args.value("--svg")?;
+    let agent = args.value("--agent")?.unwrap_or_else(|| "core".into());
+    let base = Options {
+        nodes: args.number("--nodes")?.unwrap_or(10),
+        models: args.number("--models")?.unwrap_or(50),
+        seed: args.number("--seed")?.unwrap_or(1),
+        timeline: svg.is_some(),
+        ..Options::default()
+    };
+    args.done()?;
+    let agents = match agent.as_str() {
+        "core" => vec![AgentKind::Core],
+        "upstream" => vec![AgentKind::Upstream],
+        "both" => vec![AgentKind::Core, AgentKind::Upstream],
+        other => return Err(format!("--agent must be core, upstream or both, not {other:?}")),
+    };
+    let mut reports = Vec::new();
+    for agent in agents {
+        let opts = Options { agent, ..base.clone() };
+        let started = std::time::Instant::now();
+        let (mut report, world) = scenario::run(&name, &opts)?;
+        report.extra.insert("wall_ms".into(), (started.elapsed().as_millis() as u64).into());
+        if let (Some(path), Some(marks)) = (&svg, &world.marks) {
+            let path = if reports.is_empty() { path.clone() } else { path.replace(".svg", "-upstream.svg") };
+            let title = format!("{name}: {} agent, {} nodes, {} models, seed {}", agent.as_str(), opts.nodes, opts.models, opts.seed);
+            std::fs::write(&path, model_agent_sim::svg::render(&title, marks, opts.nodes, world.now))
+                .map_err(|e| format!("{path}: {e}"))?;
+        }
+        reports.push(report);
+    }
+    if json {
+        for r in &reports {
+            println!("{}", serde_json::to_string(r).expect("report serialises"));
+        }
+    } else {
+        print_table(&reports);
+    }
+    Ok(reports.iter().all(|r| r.agent != AgentKind::Core || r.clean()))
+}
+
+fn print_table(reports: &[Report]) {
+    let r0 = &reports[0];
+    println!("scenario {}: {} nodes, {} models, seed {}", r0.scenario, r0.nodes, r0.models, r0.seed);
+    let row = |name: &str, f: &dyn Fn(&Report) -> String| {
+        let cells: Vec<String> = reports.iter().map(|r| format!("{:>14}", f(r))).collect();
+        println!("  {name:<32}{}", cells.join(""));
+    };
+    row("agent", &|r| r.agent.as_str().to_string());
+    row("label removals of live models", &|r| r.label_removals_live.to_string());
+    row("entry removals of live models", &|r| r.entry_removals_live.to_string());
+    row("weights of live models removed", &|r| r.dir_removals_live.to_string());
+    row("phantom deletes suppressed", &|r| r.phantom_deletes_suppressed.to_string());
+    row("live GETs", &|r| r.api_get.to_string());
+    row("live LISTs", &|r| r.api_list.to_string());
+    row("cleanups done / expected", &|r| format!("{}/{}", r.cleanups_done, r.cleanups_expected));
+    row("invariant violations", &|r| r.invariant_violation_count.to_string());
+    row("virtual seconds", &|r| format!("{:.0}", r.virtual_seconds));
+    for (k, _) in &r0.extra {
+        row(k, &|r| r.extra.get(k).map(|v| v.to_string()).unwrap_or_default());
+    }
+    for r in reports {
+        for v in r.invariant_violations.iter().take(5) {
+            println!("  [{}] {v}", r.agent.as_str());
+        }
+    }
+}
+
+fn cmd_swarm(mut args: Args) -> Result<bool, String> {
+    let seeds: u64 = args.number("--seeds")?.unwrap_or(50);
+    let first: u64 = args.number("--seed")?.unwrap_or(0);
+    let nodes = args.number("--nodes")?;
+    let models = args.number("--models")?;
+    let json = args.flag("--json");
+    let dump = args.value("--dump-traces")?;
+    args.done()?;
+    let started = std::time::Instant::now();
+    for seed in first..first + seeds {
+        let (report, world, knobs) = scenario::swarm_run(seed, nodes, models);
+        if let Some(dir) = &dump {
+            write_traces(dir, seed, &world)?;
+        }
+        if !report.clean() {
+            let mut cmd = format!("model-agent-sim swarm --seeds 1 --seed {seed}");
+            if let Some(n) = nodes {
+                cmd.push_str(&format!(" --nodes {n}"));
+            }
+            if let Some(m) = models {
+                cmd.push_str(&format!(" --models {m}"));
+            }
+            println!("FAILED seed {seed} (knobs {})", serde_json::to_string(&knobs).expect("knobs serialise"));
+            for v in report.invariant_violations.iter().take(20) {
+                println!("  {v}");
+            }
+            println!("replay: {cmd}");
+            return Ok(false);
+        }
+        if json {
+            println!("{}", serde_json::to_string(&report).expect("report serialises"));
+        }
+    }
+    println!("swarm: {seeds} seeds from {first} passed in {:.1} s", started.elapsed().as_secs_f64());
+    Ok(true)
+}
+
+/// Each node's trace of the run (the core's inputs and effects), for `replay`.
+fn write_traces(dir: &str, seed: u64, world: &model_agent_sim::world::World) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{dir}: {e}"))?;
+    for (i, node) in world.nodes.iter().enumerate() {
+        if let Some(rec) = &node.recorder {
+            let path = format!("{dir}/seed-{seed}-node-{i}.trace.jsonl");
+            std::fs::write(&path, rec.text()).map_err(|e| format!("{path}: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+fn cmd_replay(mut args: Args) -> Result<bool, String> {
+    let check = args.flag("--check");
+    if args.0.is_empty() {
+        return Err("replay needs a FILE".into());
+    }
+    let path = args.0.remove(0);
+    args.done()?;
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+    let trace = model_agent_core::trace::parse(&text).map_err(|e| format!("{path}: {e}"))?;
+    let (effects, divergence) = model_agent_core::trace::replay(&trace);
+    for (i, (step, effects)) in trace.steps.iter().zip(&effects).enumerate() {
+        println!(
+            "{}",
+            serde_json::json!({"step": i, "now": step.now, "effects": effects})
+        );
+    }
+    match (check, divergence) {
+        (true, Some(d)) => {
+            eprintln!("replay differs at step {}:\n  recorded: {}\n  replayed: {}", d.step, d.recorded, d.replayed);
+            Ok(false)
+        }
+        (true, None) => {
+            eprintln!("replay matches: {} steps", trace.steps.len());
+            Ok(true)
+        }
+        _ => Ok(true),
+    }
+}

@@ -1,0 +1,789 @@
+//! The simulated world: a virtual clock, one seeded PRNG, the API server, and a fleet of nodes,
+//! each running an agent (the real core, or the upstream model) behind a simulated shell that
+//! executes effects against the ground truth. Every destructive effect is checked against the
+//! ground truth at the moment it lands.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::sync::Arc;
+
+use model_agent_core::machine::{
+    Config, DriftSnapshot, Effect, Input, ListResult, Note, Op, OwnedDir, ReadResult, RootProbe, WatchEvent,
+};
+use model_agent_core::prng::Prng;
+use model_agent_core::trace::Recorder;
+use model_agent_core::wire::{self, ModelStatus};
+use model_agent_core::{Instant, Kind, ModelKey, ModelSpec, State, Uid};
+use serde::Serialize;
+
+use crate::api::{Api, Change, StoredEntry};
+use crate::upstream::Upstream;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentKind {
+    Core,
+    Upstream,
+}
+
+impl AgentKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentKind::Core => "core",
+            AgentKind::Upstream => "upstream",
+        }
+    }
+}
+
+pub enum Agent {
+    Core(Box<State>),
+    Upstream(Box<Upstream>),
+    /// The process is not running (crashed, or exited after SIGTERM).
+    Stopped,
+}
+
+/// How a relist is served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListShape {
+    /// A quorum list: the truth.
+    Quorum,
+    /// From a server lagging this many resourceVersions behind; the watch then replays from there.
+    Stale { lag_rv: u64 },
+    /// Answered before the server's cache synced: empty (the node-feature-discovery #1802 shape).
+    Empty,
+    /// A page fails part-way: the watcher starts over with another Init, then lists correctly.
+    Partial,
+}
+
+/// Latencies (ms): each draw is uniform in 1..=max.
+#[derive(Clone, Debug)]
+pub struct Timing {
+    pub watch_ms_max: u64,
+    pub effect_ms_max: u64,
+    pub download_ms_max: u64,
+    pub relist_ms_max: u64,
+}
+
+impl Default for Timing {
+    fn default() -> Timing {
+        Timing { watch_ms_max: 50, effect_ms_max: 20, download_ms_max: 5_000, relist_ms_max: 2_000 }
+    }
+}
+
+pub struct SimNode {
+    pub agent: Agent,
+    /// Bumped at every (re)start: effects and deliveries of an earlier process are dropped.
+    pub generation: u32,
+    pub root_writable: bool,
+    /// `local://` paths that do not exist on this node.
+    pub missing_local: BTreeSet<String>,
+    /// Directories beneath the models root with this agent's ownership marker (path → uid).
+    pub dirs: BTreeMap<String, Uid>,
+    pub trash: BTreeSet<String>,
+    pub connected: bool,
+    stream_at: [u64; 2],
+    wake_at: Option<u64>,
+    pub shutdown: bool,
+    pub restarts: u32,
+    pub recorder: Option<Recorder>,
+}
+
+/// What happened, for the report.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Counters {
+    pub label_removals: u64,
+    pub entry_removals: u64,
+    pub dir_removals: u64,
+    /// Destructive effects against an object alive, with that uid, and placed on that node.
+    pub label_removals_live: u64,
+    pub entry_removals_live: u64,
+    pub dir_removals_live: u64,
+    pub api_get: u64,
+    pub api_list: u64,
+    pub phantom_deletes_suppressed: u64,
+    pub deletes_confirmed: u64,
+}
+
+/// One mark on the timeline picture.
+#[derive(Clone, Debug)]
+pub struct Mark {
+    pub t: u64,
+    pub node: usize,
+    pub what: MarkKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MarkKind {
+    /// A candidate that a live read showed alive.
+    Phantom,
+    /// A deletion confirmed.
+    Confirmed,
+    Read,
+    /// A destructive effect that was right.
+    Cleanup,
+    /// A destructive effect against a live object.
+    Damage,
+    Relist,
+}
+
+enum Ev {
+    Deliver { node: usize, generation: u32, kind: Kind, event: WatchEvent },
+    Execute { node: usize, generation: u32, effect: Effect },
+    Wake { node: usize, generation: u32 },
+}
+
+struct Queued {
+    t: u64,
+    seq: u64,
+    ev: Ev,
+}
+
+impl PartialEq for Queued {
+    fn eq(&self, other: &Self) -> bool {
+        (self.t, self.seq) == (other.t, other.seq)
+    }
+}
+impl Eq for Queued {}
+impl PartialOrd for Queued {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Queued {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.t, self.seq).cmp(&(other.t, other.seq))
+    }
+}
+
+/// Violations kept per run; more are counted but not stored.
+pub const VIOLATIONS_KEPT_MAX: usize = 100;
+
+pub struct World {
+    pub now: u64,
+    pub prng: Prng,
+    seed: u64,
+    seq: u64,
+    queue: BinaryHeap<Reverse<Queued>>,
+    pub api: Api,
+    pub nodes: Vec<SimNode>,
+    pub agent_kind: AgentKind,
+    pub config: Config,
+    pub timing: Timing,
+    pub counters: Counters,
+    pub violations: Vec<String>,
+    pub violation_count: u64,
+    /// (node, uid) pairs that were ever published: what a real delete must clean up.
+    pub published_ever: BTreeSet<(usize, String)>,
+    /// Per mille of live reads that never answer (the core's deadline must catch them).
+    pub read_timeout_permille: u64,
+    pub marks: Option<Vec<Mark>>,
+    pub record_traces: bool,
+    pub events_processed: u64,
+}
+
+impl World {
+    pub fn new(nodes: usize, agent_kind: AgentKind, seed: u64) -> World {
+        let config = Config::new("node", "/mnt/models");
+        World {
+            now: 0,
+            prng: Prng::new(seed ^ 0x5EED_0F_51_u64),
+            seed,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            api: Api::new(nodes),
+            nodes: (0..nodes)
+                .map(|_| SimNode {
+                    agent: Agent::Stopped,
+                    generation: 0,
+                    root_writable: true,
+                    missing_local: BTreeSet::new(),
+                    dirs: BTreeMap::new(),
+                    trash: BTreeSet::new(),
+                    connected: false,
+                    stream_at: [0, 0],
+                    wake_at: None,
+                    shutdown: false,
+                    restarts: 0,
+                    recorder: None,
+                })
+                .collect(),
+            agent_kind,
+            config,
+            timing: Timing::default(),
+            counters: Counters::default(),
+            violations: Vec::new(),
+            violation_count: 0,
+            published_ever: BTreeSet::new(),
+            read_timeout_permille: 0,
+            marks: None,
+            record_traces: false,
+            events_processed: 0,
+        }
+    }
+
+    fn schedule(&mut self, t: u64, ev: Ev) {
+        self.seq += 1;
+        self.queue.push(Reverse(Queued { t, seq: self.seq, ev }));
+    }
+
+    fn latency(&mut self, max: u64) -> u64 {
+        1 + self.prng.up_to(max.saturating_sub(1))
+    }
+
+    pub fn violation(&mut self, text: String) {
+        self.violation_count += 1;
+        if self.violations.len() < VIOLATIONS_KEPT_MAX {
+            self.violations.push(format!("t={}ms {text}", self.now));
+        }
+    }
+
+    fn mark(&mut self, node: usize, what: MarkKind) {
+        if let Some(marks) = &mut self.marks {
+            marks.push(Mark { t: self.now, node, what });
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------
+    // Running
+    // ------------------------------------------------------------------------------------------
+
+    /// Process every event up to `t` (inclusive), then set the clock to `t`.
+    pub fn run_until(&mut self, t: u64) {
+        while let Some(Reverse(q)) = self.queue.peek() {
+            if q.t > t {
+                break;
+            }
+            let Reverse(q) = self.queue.pop().expect("peeked");
+            self.now = q.t;
+            self.events_processed += 1;
+            self.process(q.ev);
+        }
+        self.now = t;
+    }
+
+    pub fn run_for(&mut self, ms: u64) {
+        self.run_until(self.now + ms);
+    }
+
+    fn process(&mut self, ev: Ev) {
+        match ev {
+            Ev::Deliver { node, generation, kind, event } => {
+                if self.nodes[node].generation == generation && self.nodes[node].connected {
+                    self.feed(node, Input::Watch { kind, event });
+                }
+            }
+            Ev::Execute { node, generation, effect } => {
+                if self.nodes[node].generation == generation
+                    && let Some(input) = self.execute(node, &effect)
+                {
+                    self.feed(node, input);
+                }
+            }
+            Ev::Wake { node, generation } => {
+                if self.nodes[node].generation == generation {
+                    self.nodes[node].wake_at = None;
+                    self.feed(node, Input::Tick);
+                }
+            }
+        }
+    }
+
+    /// Hand one input to a node's agent and schedule what it asks for.
+    pub fn feed(&mut self, node: usize, input: Input) {
+        let now = Instant(self.now);
+        let recording = self.nodes[node].recorder.is_some();
+        let traced = recording.then(|| input.clone());
+        let effects = match &mut self.nodes[node].agent {
+            Agent::Core(state) => state.handle(now, input),
+            Agent::Upstream(up) => up.handle(now, input),
+            Agent::Stopped => return,
+        };
+        if let (Some(rec), Some(input)) = (&mut self.nodes[node].recorder, traced) {
+            rec.record(now, &input, &effects);
+        }
+        let generation = self.nodes[node].generation;
+        for effect in effects {
+            if self.nodes[node].shutdown && effect.op.is_destructive() {
+                self.violation(format!("node {node}: destructive effect after shutdown began: {:?}", effect.op));
+            }
+            if let Op::Note(note) = &effect.op {
+                self.note(node, note);
+                continue;
+            }
+            let delay = match effect.op {
+                Op::Download { .. } => self.latency(self.timing.download_ms_max),
+                _ => self.latency(self.timing.effect_ms_max),
+            };
+            self.schedule(self.now + delay, Ev::Execute { node, generation, effect });
+        }
+        let deadline = match &self.nodes[node].agent {
+            Agent::Core(state) => state.next_deadline().map(Instant::as_ms),
+            _ => None,
+        };
+        if let Some(t) = deadline {
+            let t = t.max(self.now);
+            if self.nodes[node].wake_at.is_none_or(|w| t < w) {
+                self.nodes[node].wake_at = Some(t);
+                self.schedule(t, Ev::Wake { node, generation });
+            }
+        }
+    }
+
+    fn note(&mut self, node: usize, note: &Note) {
+        match note {
+            Note::PhantomSuppressed { .. } => {
+                self.counters.phantom_deletes_suppressed += 1;
+                self.mark(node, MarkKind::Phantom);
+            }
+            Note::DeleteConfirmed { .. } => {
+                self.counters.deletes_confirmed += 1;
+                self.mark(node, MarkKind::Confirmed);
+            }
+            _ => {}
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------
+    // The simulated shell
+    // ------------------------------------------------------------------------------------------
+
+    fn execute(&mut self, node: usize, effect: &Effect) -> Option<Input> {
+        let id = effect.id;
+        let down = self.api.down;
+        let unavailable = || Input::EffectDone { id, outcome: fail("the API server is unavailable") };
+        match &effect.op {
+            Op::LiveGet { key } => {
+                self.counters.api_get += 1;
+                self.mark(node, MarkKind::Read);
+                if self.prng.up_to(999) < self.read_timeout_permille {
+                    return None;
+                }
+                let result = if down || self.api.reads_fail {
+                    ReadResult::Failed("503 Service Unavailable".into())
+                } else {
+                    match self.api.get(key) {
+                        Some(obj) => ReadResult::Found(obj),
+                        None => ReadResult::NotFound,
+                    }
+                };
+                Some(Input::LiveRead { id, result })
+            }
+            Op::LiveList { kind } => {
+                self.counters.api_list += 1;
+                self.mark(node, MarkKind::Read);
+                if self.prng.up_to(999) < self.read_timeout_permille {
+                    return None;
+                }
+                let result = if down || self.api.reads_fail {
+                    ListResult::Failed("503 Service Unavailable".into())
+                } else {
+                    ListResult::Listed(self.api.list(*kind, None))
+                };
+                Some(Input::LiveList { id, result })
+            }
+            Op::Publish { key, uid, label_key, label, cm_key, entry } => {
+                if down {
+                    return Some(unavailable());
+                }
+                self.check_label_scope(node, label_key);
+                if let Some(other) = self.api.entries[node].get(cm_key).and_then(|e| e.uid.clone())
+                    && other != uid.as_str()
+                    && self.api.live_here(&other, node).is_some()
+                {
+                    self.violation(format!("node {node}: {key} uid {uid} overwrote the entry of live uid {other}"));
+                }
+                if let Some(status) = label {
+                    self.api.labels[node].insert(label_key.clone(), status.as_str().to_string());
+                }
+                self.api.entries[node].insert(cm_key.clone(), StoredEntry { status: entry.status, uid: entry.uid.clone() });
+                self.published_ever.insert((node, uid.as_str().to_string()));
+                Some(Input::EffectDone { id, outcome: model_agent_core::machine::Outcome::Done })
+            }
+            Op::Unpublish { key, uid, label_key, remove_label, cm_key } => {
+                if down {
+                    return Some(unavailable());
+                }
+                self.check_label_scope(node, label_key);
+                if *remove_label && self.api.labels[node].remove(label_key).is_some() {
+                    self.removed_label(node, label_key);
+                }
+                let owned = self.api.entries[node].get(cm_key).is_some_and(|e| e.uid.as_deref().is_none_or(|u| u == uid.as_str()));
+                if owned {
+                    self.api.entries[node].remove(cm_key);
+                    self.removed_entry(node, uid.as_str(), cm_key);
+                    if let Some(change) = self.api.controller_check(key) {
+                        self.fanout(change);
+                    }
+                }
+                Some(done(id))
+            }
+            Op::VerifyLocal { path, .. } => {
+                let outcome = if self.nodes[node].missing_local.contains(path) {
+                    fail(&format!("{path} does not exist"))
+                } else {
+                    model_agent_core::machine::Outcome::Done
+                };
+                Some(Input::EffectDone { id, outcome })
+            }
+            Op::Download { dest, uid, .. } => {
+                if !self.nodes[node].root_writable {
+                    return Some(Input::EffectDone { id, outcome: fail("read-only file system") });
+                }
+                let Some(path) = &dest.beneath_root else {
+                    self.violation(format!("node {node}: download outside the models root: {}", dest.absolute));
+                    return Some(Input::EffectDone { id, outcome: fail("outside the models root") });
+                };
+                self.nodes[node].dirs.insert(path.clone(), uid.clone());
+                Some(done(id))
+            }
+            Op::TrashDir { uid, path, trash_name, .. } => {
+                if path.starts_with('/') || path.split('/').any(|c| c == "..") {
+                    self.violation(format!("node {node}: trash of a path not beneath the root: {path}"));
+                    return Some(Input::EffectDone { id, outcome: fail("refused") });
+                }
+                if self.nodes[node].dirs.get(path) == Some(uid) {
+                    self.nodes[node].dirs.remove(path);
+                    self.nodes[node].trash.insert(trash_name.clone());
+                    self.counters.dir_removals += 1;
+                    if self.api.live_here(uid.as_str(), node).is_some() {
+                        self.counters.dir_removals_live += 1;
+                        self.mark(node, MarkKind::Damage);
+                        self.violation(format!("node {node}: weights of live uid {uid} at {path} moved to trash"));
+                    } else {
+                        self.mark(node, MarkKind::Cleanup);
+                    }
+                }
+                Some(done(id))
+            }
+            Op::PurgeTrash { name } => {
+                self.nodes[node].trash.remove(name);
+                Some(done(id))
+            }
+            Op::RemoveOrphanLabel { label_key } => {
+                if down {
+                    return Some(unavailable());
+                }
+                self.check_label_scope(node, label_key);
+                if self.api.labels[node].remove(label_key).is_some() {
+                    self.removed_label(node, label_key);
+                }
+                Some(done(id))
+            }
+            Op::RemoveOrphanEntry { cm_key, uid } => {
+                if down {
+                    return Some(unavailable());
+                }
+                let matches = self.api.entries[node].get(cm_key).is_some_and(|e| e.uid == *uid);
+                if matches {
+                    self.api.entries[node].remove(cm_key);
+                    self.removed_entry(node, uid.as_deref().unwrap_or(""), cm_key);
+                }
+                Some(done(id))
+            }
+            Op::ProbeRoot => {
+                let probe = RootProbe::healthy(self.nodes[node].root_writable);
+                let probe = if probe.writable { probe } else { RootProbe { detail: "mounted read-only".into(), ..probe } };
+                Some(Input::RootProbed { id, probe })
+            }
+            Op::Snapshot => {
+                if down {
+                    return None;
+                }
+                let mut snapshot: DriftSnapshot = self.api.snapshot(node);
+                snapshot.owned_dirs =
+                    self.nodes[node].dirs.iter().map(|(path, uid)| OwnedDir { path: path.clone(), uid: uid.clone() }).collect();
+                snapshot.trash = self.nodes[node].trash.iter().cloned().collect();
+                Some(Input::DriftObserved { id, snapshot })
+            }
+            Op::Note(_) => None,
+        }
+    }
+
+    fn check_label_scope(&mut self, node: usize, label_key: &str) {
+        if !wire::is_model_label(label_key) {
+            self.violation(format!("node {node}: label {label_key} is outside models.ome.io/"));
+        }
+    }
+
+    fn removed_label(&mut self, node: usize, label_key: &str) {
+        self.counters.label_removals += 1;
+        if let Some(obj) = self.api.live_by_label(label_key, node) {
+            let (key, uid) = (obj.key.clone(), obj.uid.clone());
+            self.counters.label_removals_live += 1;
+            self.mark(node, MarkKind::Damage);
+            self.violation(format!("node {node}: label {label_key} of live {key} (uid {uid}) removed"));
+        } else {
+            self.mark(node, MarkKind::Cleanup);
+        }
+    }
+
+    fn removed_entry(&mut self, node: usize, uid: &str, cm_key: &str) {
+        self.counters.entry_removals += 1;
+        if self.api.live_here(uid, node).is_some() {
+            self.counters.entry_removals_live += 1;
+            self.mark(node, MarkKind::Damage);
+            self.violation(format!("node {node}: entry {cm_key} of live uid {uid} removed"));
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------
+    // Watch streams
+    // ------------------------------------------------------------------------------------------
+
+    fn deliver(&mut self, node: usize, kind: Kind, event: WatchEvent, at: u64) {
+        let n = &mut self.nodes[node];
+        let t = at.max(n.stream_at[kind.index()]);
+        n.stream_at[kind.index()] = t;
+        let generation = n.generation;
+        self.schedule(t, Ev::Deliver { node, generation, kind, event });
+    }
+
+    /// Send a change to every connected node's watch.
+    pub fn fanout(&mut self, change: Change) {
+        let (kind, event) = match change {
+            Change::Applied(obj) => (obj.key.kind, WatchEvent::Applied(obj)),
+            Change::Deleted(obj) => (obj.key.kind, WatchEvent::Deleted(obj)),
+        };
+        for node in 0..self.nodes.len() {
+            if self.nodes[node].connected && !matches!(self.nodes[node].agent, Agent::Stopped) {
+                let at = self.now + self.latency(self.timing.watch_ms_max);
+                self.deliver(node, kind, event.clone(), at);
+            }
+        }
+    }
+
+    /// The node's watch of `kind` restarts with a list served as `shape`.
+    pub fn relist(&mut self, node: usize, kind: Kind, shape: ListShape) {
+        let at = self.now + self.latency(self.timing.relist_ms_max);
+        self.mark(node, MarkKind::Relist);
+        match shape {
+            ListShape::Quorum => self.deliver_list(node, kind, self.api.list(kind, None), at),
+            ListShape::Empty => self.deliver_list(node, kind, vec![], at),
+            ListShape::Partial => {
+                let full = self.api.list(kind, None);
+                self.deliver(node, kind, WatchEvent::RelistStarted, at);
+                for obj in full.iter().take(full.len() / 2) {
+                    self.deliver(node, kind, WatchEvent::RelistItem(obj.clone()), at);
+                }
+                self.deliver_list(node, kind, full, at);
+            }
+            ListShape::Stale { lag_rv } => {
+                let rv = self.api.rv.saturating_sub(lag_rv);
+                self.deliver_list(node, kind, self.api.list(kind, Some(rv)), at);
+                // The watch resumes from the stale resourceVersion and replays what came after.
+                for change in self.api.changes_since(kind, rv) {
+                    let event = match change {
+                        Change::Applied(o) => WatchEvent::Applied(o),
+                        Change::Deleted(o) => WatchEvent::Deleted(o),
+                    };
+                    self.deliver(node, kind, event, at + 1);
+                }
+            }
+        }
+    }
+
+    fn deliver_list(&mut self, node: usize, kind: Kind, objects: Vec<model_agent_core::ModelObject>, at: u64) {
+        self.deliver(node, kind, WatchEvent::RelistStarted, at);
+        for obj in objects {
+            self.deliver(node, kind, WatchEvent::RelistItem(obj), at);
+        }
+        self.deliver(node, kind, WatchEvent::RelistDone, at);
+    }
+
+    // ------------------------------------------------------------------------------------------
+    // Actions
+    // ------------------------------------------------------------------------------------------
+
+    /// Start (or restart) a node's agent: a fresh process with the disk as it was.
+    pub fn start(&mut self, node: usize) {
+        let n = &mut self.nodes[node];
+        n.generation += 1;
+        n.restarts += u32::from(n.generation > 1);
+        n.shutdown = false;
+        n.wake_at = None;
+        n.connected = !self.api.down;
+        n.stream_at = [self.now, self.now];
+        let mut config = self.config.clone();
+        config.node_name = crate::api::node_name(node);
+        config.seed = self.seed.wrapping_mul(1_000_003).wrapping_add(node as u64 * 7919 + n.generation as u64);
+        n.recorder = self.record_traces.then(|| Recorder::new(&config));
+        n.agent = match self.agent_kind {
+            AgentKind::Core => Agent::Core(Box::new(State::new(config))),
+            AgentKind::Upstream => Agent::Upstream(Box::new(Upstream::new(&self.config.models_root))),
+        };
+        let view = self.api.node_view(node);
+        self.feed(node, Input::NodeObserved(view));
+        if !self.api.down {
+            for kind in Kind::ALL {
+                self.relist(node, kind, ListShape::Quorum);
+            }
+        }
+    }
+
+    pub fn stop(&mut self, node: usize) {
+        let n = &mut self.nodes[node];
+        n.agent = Agent::Stopped;
+        n.generation += 1;
+        n.connected = false;
+        n.wake_at = None;
+    }
+
+    /// SIGTERM: the agent is told, and its process is gone `exit_ms` later.
+    pub fn shutdown(&mut self, node: usize) {
+        self.nodes[node].shutdown = true;
+        self.feed(node, Input::Shutdown);
+    }
+
+    pub fn create(&mut self, key: ModelKey, spec: ModelSpec, finalizer: bool) {
+        if let Some(change) = self.api.create(key, Arc::new(spec), finalizer) {
+            self.fanout(change);
+        }
+    }
+
+    pub fn delete(&mut self, key: &ModelKey) {
+        for change in self.api.delete(key) {
+            self.fanout(change);
+        }
+    }
+
+    /// The API server goes away (`down`) or comes back; coming back, every watch relists.
+    pub fn set_outage(&mut self, down: bool) {
+        self.api.down = down;
+        for node in 0..self.nodes.len() {
+            if matches!(self.nodes[node].agent, Agent::Stopped) {
+                continue;
+            }
+            self.nodes[node].connected = !down;
+            if !down {
+                for kind in Kind::ALL {
+                    self.relist(node, kind, ListShape::Quorum);
+                }
+            }
+        }
+    }
+
+    /// A CRD change: every watch of `kind` drops and relists; `shape` says how each list is served.
+    pub fn crd_change(&mut self, kind: Kind, mut shape: impl FnMut(usize, &mut Prng) -> ListShape) {
+        for node in 0..self.nodes.len() {
+            if matches!(self.nodes[node].agent, Agent::Stopped) || !self.nodes[node].connected {
+                continue;
+            }
+            let s = shape(node, &mut self.prng);
+            self.relist(node, kind, s);
+            if s != ListShape::Quorum {
+                // The broken list is followed, a little later, by the watch expiring and a good one.
+                let later = self.latency(30_000);
+                self.nodes[node].stream_at[kind.index()] += later;
+                self.relist(node, kind, ListShape::Quorum);
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------
+    // Checks
+    // ------------------------------------------------------------------------------------------
+
+    pub fn ready(&self, node: usize) -> bool {
+        match &self.nodes[node].agent {
+            Agent::Core(s) => s.readiness().ready,
+            Agent::Upstream(u) => u.synced() && self.nodes[node].root_writable,
+            Agent::Stopped => false,
+        }
+    }
+
+    /// Liveness at quiescence: every node's labels, entries and directories are a function of
+    /// the ground truth, nothing is pending, and a second reconcile adds no effect.
+    pub fn check_converged(&mut self) {
+        let mut problems = Vec::new();
+        for node in 0..self.nodes.len() {
+            if matches!(self.nodes[node].agent, Agent::Stopped) {
+                continue;
+            }
+            let view = self.api.node_view(node);
+            let mut expected_labels: BTreeMap<String, &'static str> = BTreeMap::new();
+            let mut live_uids = BTreeSet::new();
+            for obj in self.api.objects.values() {
+                live_uids.insert(obj.uid.as_str().to_string());
+                if obj.deleting || !model_agent_core::placement::placement(&obj.spec, &view).is_eligible() {
+                    continue;
+                }
+                let downloads = obj.spec.uri.as_ref().is_ok_and(|u| u.downloads());
+                let local_missing = match &obj.spec.uri {
+                    Ok(model_agent_core::storage_uri::StorageUri::Local { path }) => {
+                        self.nodes[node].missing_local.contains(path)
+                    }
+                    _ => false,
+                };
+                let failed = (downloads && !self.nodes[node].root_writable) || local_missing;
+                let status = if failed { ModelStatus::Failed } else { ModelStatus::Ready };
+                expected_labels.insert(wire::label_key(&obj.key), status.as_str());
+                let cm_key = wire::configmap_key(&obj.key);
+                match self.api.entries[node].get(&cm_key) {
+                    Some(e) if e.status == status && e.uid.as_deref().is_none_or(|u| u == obj.uid.as_str()) => {}
+                    other => problems.push(format!("node {node}: entry {cm_key} is {other:?}, expected {status:?} of {}", obj.uid)),
+                }
+            }
+            let labels = &self.api.labels[node];
+            for (k, v) in &expected_labels {
+                if labels.get(k).map(String::as_str) != Some(*v) {
+                    problems.push(format!("node {node}: label {k} is {:?}, expected {v}", labels.get(k)));
+                }
+            }
+            for k in labels.keys().filter(|k| !expected_labels.contains_key(*k)) {
+                problems.push(format!("node {node}: stale label {k}"));
+            }
+            for (k, e) in &self.api.entries[node] {
+                if e.uid.as_ref().is_some_and(|u| !live_uids.contains(u)) {
+                    problems.push(format!("node {node}: stale entry {k} of uid {:?}", e.uid));
+                }
+            }
+            for (path, uid) in &self.nodes[node].dirs {
+                if !live_uids.contains(uid.as_str()) {
+                    problems.push(format!("node {node}: directory {path} of deleted uid {uid} still in place"));
+                }
+            }
+            if let Agent::Core(state) = &self.nodes[node].agent {
+                let (pending, _) = state.pending_confirmations();
+                if pending > 0 {
+                    problems.push(format!("node {node}: {pending} confirmations still pending"));
+                }
+                // Idempotence: one more reconcile of an unchanged world adds no work.
+                let (_, effects) = model_agent_core::step(state, Instant(self.now), Input::Tick);
+                for e in effects.iter().filter(|e| !matches!(e.op, Op::ProbeRoot | Op::Snapshot | Op::Note(_))) {
+                    problems.push(format!("node {node}: a second reconcile still emits {:?}", e.op));
+                }
+            }
+        }
+        for p in problems {
+            self.violation(format!("liveness: {p}"));
+        }
+    }
+
+    /// (expected, done): every (node, uid) that was published and whose object is gone must be
+    /// cleaned up on that node.
+    pub fn cleanups(&self) -> (u64, u64) {
+        let live: BTreeSet<&str> = self.api.objects.values().map(|o| o.uid.as_str()).collect();
+        let mut expected = 0;
+        let mut done = 0;
+        for (node, uid) in &self.published_ever {
+            if live.contains(uid.as_str()) {
+                continue;
+            }
+            expected += 1;
+            let entry_left = self.api.entries[*node].values().any(|e| e.uid.as_deref() == Some(uid.as_str()));
+            let dir_left = self.nodes[*node].dirs.values().any(|u| u.as_str() == uid);
+            if !entry_left && !dir_left {
+                done += 1;
+            }
+        }
+        (expected, done)
+    }
+}
+
+fn done(id: model_agent_core::EffectId) -> Input {
+    Input::EffectDone { id, outcome: model_agent_core::machine::Outcome::Done }
+}
+
+fn fail(reason: &str) -> model_agent_core::machine::Outcome {
+    model_agent_core::machine::Outcome::Failed(reason.to_string())
+}
