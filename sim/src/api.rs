@@ -94,7 +94,8 @@ impl Api {
         self.rv += 1;
         self.uid_next += 1;
         let uid = Uid::new(&format!("uid-{}-{}", key.name, self.uid_next));
-        let obj = ApiObject { key: key.clone(), uid, created_rv: self.rv, rv: self.rv, spec, deleting: false, finalizer };
+        let obj =
+            ApiObject { key: key.clone(), uid, created_rv: self.rv, rv: self.rv, spec, deleting: false, finalizer };
         let model = obj.to_model();
         self.objects.insert(key, obj);
         Some(Change::Applied(model))
@@ -157,7 +158,8 @@ impl Api {
             None => self.objects.values().filter(|o| o.key.kind == kind).map(ApiObject::to_model).collect(),
             Some(rv) => {
                 let live = self.objects.values().filter(|o| o.created_rv <= rv);
-                let dead = self.graveyard.iter().filter(|t| t.obj.created_rv <= rv && rv < t.deleted_rv).map(|t| &t.obj);
+                let dead =
+                    self.graveyard.iter().filter(|t| t.obj.created_rv <= rv && rv < t.deleted_rv).map(|t| &t.obj);
                 let mut all: Vec<ModelObject> =
                     live.chain(dead).filter(|o| o.key.kind == kind).map(ApiObject::to_model).collect();
                 all.sort_by(|a, b| a.key.cmp(&b.key));
@@ -185,17 +187,7 @@ impl Api {
     /// Is an object with this uid alive (not being deleted) and placed on `node`?
     pub fn live_here(&self, uid: &str, node: usize) -> Option<&ApiObject> {
         let view = self.node_view(node);
-        self.objects
-            .values()
-            .find(|o| o.uid.as_str() == uid && !o.deleting && placement(&o.spec, &view).is_eligible())
-    }
-
-    /// A live object placed on `node` whose node label is `label_key`.
-    pub fn live_by_label(&self, label_key: &str, node: usize) -> Option<&ApiObject> {
-        let view = self.node_view(node);
-        self.objects.values().find(|o| {
-            !o.deleting && wire::label_key(&o.key) == label_key && placement(&o.spec, &view).is_eligible()
-        })
+        self.objects.values().find(|o| o.uid.as_str() == uid && !o.deleting && placement(&o.spec, &view).is_eligible())
     }
 
     pub fn snapshot(&self, node: usize) -> DriftSnapshot {

@@ -116,7 +116,13 @@ fn cmd_scenario(mut args: Args) -> Result<bool, String> {
         report.extra.insert("wall_ms".into(), (started.elapsed().as_millis() as u64).into());
         if let (Some(path), Some(marks)) = (&svg, &world.marks) {
             let path = if reports.is_empty() { path.clone() } else { path.replace(".svg", "-upstream.svg") };
-            let title = format!("{name}: {} agent, {} nodes, {} models, seed {}", agent.as_str(), opts.nodes, opts.models, opts.seed);
+            let title = format!(
+                "{name}: {} agent, {} nodes, {} models, seed {}",
+                agent.as_str(),
+                opts.nodes,
+                opts.models,
+                opts.seed
+            );
             std::fs::write(&path, model_agent_sim::svg::render(&title, marks, opts.nodes, world.now))
                 .map_err(|e| format!("{path}: {e}"))?;
         }
@@ -149,7 +155,7 @@ fn print_table(reports: &[Report]) {
     row("cleanups done / expected", &|r| format!("{}/{}", r.cleanups_done, r.cleanups_expected));
     row("invariant violations", &|r| r.invariant_violation_count.to_string());
     row("virtual seconds", &|r| format!("{:.0}", r.virtual_seconds));
-    for (k, _) in &r0.extra {
+    for k in r0.extra.keys() {
         row(k, &|r| r.extra.get(k).map(|v| v.to_string()).unwrap_or_default());
     }
     for r in reports {
@@ -171,7 +177,9 @@ fn cmd_swarm(mut args: Args) -> Result<bool, String> {
     for seed in first..first + seeds {
         let (report, world, knobs) = scenario::swarm_run(seed, nodes, models);
         if let Some(dir) = &dump {
-            write_traces(dir, seed, &world)?;
+            world
+                .write_traces(std::path::Path::new(dir), &format!("seed-{seed}"))
+                .map_err(|e| format!("{dir}: {e}"))?;
         }
         if !report.clean() {
             let mut cmd = format!("model-agent-sim swarm --seeds 1 --seed {seed}");
@@ -196,18 +204,6 @@ fn cmd_swarm(mut args: Args) -> Result<bool, String> {
     Ok(true)
 }
 
-/// Each node's trace of the run (the core's inputs and effects), for `replay`.
-fn write_traces(dir: &str, seed: u64, world: &model_agent_sim::world::World) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{dir}: {e}"))?;
-    for (i, node) in world.nodes.iter().enumerate() {
-        if let Some(rec) = &node.recorder {
-            let path = format!("{dir}/seed-{seed}-node-{i}.trace.jsonl");
-            std::fs::write(&path, rec.text()).map_err(|e| format!("{path}: {e}"))?;
-        }
-    }
-    Ok(())
-}
-
 fn cmd_replay(mut args: Args) -> Result<bool, String> {
     let check = args.flag("--check");
     if args.0.is_empty() {
@@ -219,10 +215,7 @@ fn cmd_replay(mut args: Args) -> Result<bool, String> {
     let trace = model_agent_core::trace::parse(&text).map_err(|e| format!("{path}: {e}"))?;
     let (effects, divergence) = model_agent_core::trace::replay(&trace);
     for (i, (step, effects)) in trace.steps.iter().zip(&effects).enumerate() {
-        println!(
-            "{}",
-            serde_json::json!({"step": i, "now": step.now, "effects": effects})
-        );
+        println!("{}", serde_json::json!({"step": i, "now": step.now, "effects": effects}));
     }
     match (check, divergence) {
         (true, Some(d)) => {

@@ -414,10 +414,10 @@ pub fn swarm_run(seed: u64, nodes: Option<usize>, models: Option<usize>) -> (Rep
         w.api.reads_fail = chance(&mut p, k.read_fail_permille);
         if chance(&mut p, k.delete_permille) && !keys.is_empty() {
             let key = keys.remove(p.up_to(keys.len() as u64 - 1) as usize);
-            if p.up_to(1) == 0 {
-                if let Some(o) = w.api.objects.get_mut(&key) {
-                    o.finalizer = false;
-                }
+            if p.up_to(1) == 0
+                && let Some(o) = w.api.objects.get_mut(&key)
+            {
+                o.finalizer = false;
             }
             w.delete(&key);
         }

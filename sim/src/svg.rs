@@ -25,20 +25,39 @@ pub fn render(title: &str, marks: &[Mark], nodes: usize, t_end_ms: u64) -> Strin
     for r in 0..rows {
         let y = top + r as f64 * row_h;
         let _ = writeln!(s, r#"<text x="10" y="{}">node {r}</text>"#, y + 11.0);
-        let _ = writeln!(s, r##"<line x1="{left}" y1="{}" x2="{}" y2="{}" stroke="#eee"/>"##, y + 8.0, left + width, y + 8.0);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{left}" y1="{}" x2="{}" y2="{}" stroke="#eee"/>"##,
+            y + 8.0,
+            left + width,
+            y + 8.0
+        );
     }
     for m in marks.iter().filter(|m| m.node < rows) {
         let (cx, cy) = (x(m.t), top + m.node as f64 * row_h + 8.0);
         let _ = match m.what {
-            MarkKind::Relist => writeln!(s, r##"<line x1="{cx}" y1="{}" x2="{cx}" y2="{}" stroke="#9467bd"/>"##, cy - 7.0, cy + 7.0),
+            MarkKind::Relist => {
+                writeln!(s, r##"<line x1="{cx}" y1="{}" x2="{cx}" y2="{}" stroke="#9467bd"/>"##, cy - 7.0, cy + 7.0)
+            }
             MarkKind::Read => writeln!(s, r##"<circle cx="{cx}" cy="{cy}" r="1.5" fill="#1f77b4"/>"##),
-            MarkKind::Phantom => writeln!(s, r##"<circle cx="{cx}" cy="{cy}" r="4" fill="#ff7f0e" fill-opacity="0.6"/>"##),
+            MarkKind::Phantom => {
+                writeln!(s, r##"<circle cx="{cx}" cy="{cy}" r="4" fill="#ff7f0e" fill-opacity="0.6"/>"##)
+            }
             MarkKind::Confirmed => writeln!(s, r##"<circle cx="{cx}" cy="{cy}" r="4" fill="#d62728"/>"##),
-            MarkKind::Cleanup => writeln!(s, r##"<rect x="{}" y="{}" width="4" height="4" fill="#555"/>"##, cx - 2.0, cy - 2.0),
+            MarkKind::Cleanup => {
+                writeln!(s, r##"<rect x="{}" y="{}" width="4" height="4" fill="#555"/>"##, cx - 2.0, cy - 2.0)
+            }
             MarkKind::Damage => writeln!(
                 s,
                 r##"<path d="M{} {} L{} {} M{} {} L{} {}" stroke="black" stroke-width="2"/>"##,
-                cx - 5.0, cy - 5.0, cx + 5.0, cy + 5.0, cx - 5.0, cy + 5.0, cx + 5.0, cy - 5.0
+                cx - 5.0,
+                cy - 5.0,
+                cx + 5.0,
+                cy + 5.0,
+                cx - 5.0,
+                cy + 5.0,
+                cx + 5.0,
+                cy - 5.0
             ),
         };
     }
@@ -57,7 +76,13 @@ pub fn render(title: &str, marks: &[Mark], nodes: usize, t_end_ms: u64) -> Strin
         let _ = writeln!(s, r#"<text x="{}" y="{legend_y}">{label}</text>"#, lx + 14.0);
     }
     let _ = writeln!(s, r#"<text x="{left}" y="{}">0 s</text>"#, legend_y + 20.0);
-    let _ = writeln!(s, r#"<text x="{}" y="{}">{:.0} s (virtual)</text>"#, left + width - 120.0, legend_y + 20.0, t_end / 1000.0);
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="{}">{:.0} s (virtual)</text>"#,
+        left + width - 120.0,
+        legend_y + 20.0,
+        t_end / 1000.0
+    );
     s.push_str("</svg>\n");
     s
 }

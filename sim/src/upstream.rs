@@ -128,8 +128,12 @@ impl Upstream {
                 }
                 WatchEvent::RelistDone => {
                     if let Some(seen) = self.relisting[kind.index()].take() {
-                        let gone: Vec<ModelObject> =
-                            self.known.values().filter(|o| o.key.kind == kind && !seen.contains(&o.key)).cloned().collect();
+                        let gone: Vec<ModelObject> = self
+                            .known
+                            .values()
+                            .filter(|o| o.key.kind == kind && !seen.contains(&o.key))
+                            .cloned()
+                            .collect();
                         for obj in gone {
                             self.delete(&mut out, &obj);
                         }
@@ -150,4 +154,3 @@ impl Upstream {
         out
     }
 }
-

@@ -174,6 +174,8 @@ pub struct World {
     pub violation_count: u64,
     /// (node, uid) pairs that were ever published: what a real delete must clean up.
     pub published_ever: BTreeSet<(usize, String)>,
+    /// Which uid last wrote each node label (labels carry no uid of their own).
+    pub label_writer: BTreeMap<(usize, String), String>,
     /// Per mille of live reads that never answer (the core's deadline must catch them).
     pub read_timeout_permille: u64,
     pub marks: Option<Vec<Mark>>,
@@ -186,7 +188,7 @@ impl World {
         let config = Config::new("node", "/mnt/models");
         World {
             now: 0,
-            prng: Prng::new(seed ^ 0x5EED_0F_51_u64),
+            prng: Prng::new(seed ^ 0x5EED_0F51_u64),
             seed,
             seq: 0,
             queue: BinaryHeap::new(),
@@ -214,6 +216,7 @@ impl World {
             violations: Vec::new(),
             violation_count: 0,
             published_ever: BTreeSet::new(),
+            label_writer: BTreeMap::new(),
             read_timeout_permille: 0,
             marks: None,
             record_traces: false,
@@ -394,8 +397,10 @@ impl World {
                 }
                 if let Some(status) = label {
                     self.api.labels[node].insert(label_key.clone(), status.as_str().to_string());
+                    self.label_writer.insert((node, label_key.clone()), uid.as_str().to_string());
                 }
-                self.api.entries[node].insert(cm_key.clone(), StoredEntry { status: entry.status, uid: entry.uid.clone() });
+                self.api.entries[node]
+                    .insert(cm_key.clone(), StoredEntry { status: entry.status, uid: entry.uid.clone() });
                 self.published_ever.insert((node, uid.as_str().to_string()));
                 Some(Input::EffectDone { id, outcome: model_agent_core::machine::Outcome::Done })
             }
@@ -407,7 +412,9 @@ impl World {
                 if *remove_label && self.api.labels[node].remove(label_key).is_some() {
                     self.removed_label(node, label_key);
                 }
-                let owned = self.api.entries[node].get(cm_key).is_some_and(|e| e.uid.as_deref().is_none_or(|u| u == uid.as_str()));
+                let owned = self.api.entries[node]
+                    .get(cm_key)
+                    .is_some_and(|e| e.uid.as_deref().is_none_or(|u| u == uid.as_str()));
                 if owned {
                     self.api.entries[node].remove(cm_key);
                     self.removed_entry(node, uid.as_str(), cm_key);
@@ -433,6 +440,13 @@ impl World {
                     self.violation(format!("node {node}: download outside the models root: {}", dest.absolute));
                     return Some(Input::EffectDone { id, outcome: fail("outside the models root") });
                 };
+                // As the real shell does: never download into a directory another uid's marker owns.
+                if let Some(owner) = self.nodes[node].dirs.get(path)
+                    && owner != uid
+                {
+                    let reason = format!("{} belongs to uid {owner}", dest.absolute);
+                    return Some(Input::EffectDone { id, outcome: fail(&reason) });
+                }
                 self.nodes[node].dirs.insert(path.clone(), uid.clone());
                 Some(done(id))
             }
@@ -482,7 +496,8 @@ impl World {
             }
             Op::ProbeRoot => {
                 let probe = RootProbe::healthy(self.nodes[node].root_writable);
-                let probe = if probe.writable { probe } else { RootProbe { detail: "mounted read-only".into(), ..probe } };
+                let probe =
+                    if probe.writable { probe } else { RootProbe { detail: "mounted read-only".into(), ..probe } };
                 Some(Input::RootProbed { id, probe })
             }
             Op::Snapshot => {
@@ -490,8 +505,11 @@ impl World {
                     return None;
                 }
                 let mut snapshot: DriftSnapshot = self.api.snapshot(node);
-                snapshot.owned_dirs =
-                    self.nodes[node].dirs.iter().map(|(path, uid)| OwnedDir { path: path.clone(), uid: uid.clone() }).collect();
+                snapshot.owned_dirs = self.nodes[node]
+                    .dirs
+                    .iter()
+                    .map(|(path, uid)| OwnedDir { path: path.clone(), uid: uid.clone() })
+                    .collect();
                 snapshot.trash = self.nodes[node].trash.iter().cloned().collect();
                 Some(Input::DriftObserved { id, snapshot })
             }
@@ -505,9 +523,12 @@ impl World {
         }
     }
 
+    /// A label removal is damage when the uid that wrote it is alive and placed on this node.
     fn removed_label(&mut self, node: usize, label_key: &str) {
         self.counters.label_removals += 1;
-        if let Some(obj) = self.api.live_by_label(label_key, node) {
+        let writer = self.label_writer.remove(&(node, label_key.to_string()));
+        let live = writer.as_deref().and_then(|uid| self.api.live_here(uid, node));
+        if let Some(obj) = live {
             let (key, uid) = (obj.key.clone(), obj.uid.clone());
             self.counters.label_removals_live += 1;
             self.mark(node, MarkKind::Damage);
@@ -634,6 +655,30 @@ impl World {
         self.feed(node, Input::Shutdown);
     }
 
+    /// Change a label of a node's Node object; its agent sees the new node.
+    pub fn set_node_label(&mut self, node: usize, key: &str, value: Option<&str>) {
+        match value {
+            Some(v) => self.api.node_labels[node].insert(key.to_string(), v.to_string()),
+            None => self.api.node_labels[node].remove(key),
+        };
+        let view = self.api.node_view(node);
+        self.feed(node, Input::NodeObserved(view));
+    }
+
+    /// Write each node's recorded trace into `dir`; returns the paths.
+    pub fn write_traces(&self, dir: &std::path::Path, prefix: &str) -> std::io::Result<Vec<String>> {
+        std::fs::create_dir_all(dir)?;
+        let mut paths = Vec::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            if let Some(rec) = &node.recorder {
+                let path = dir.join(format!("{prefix}-node-{i}.trace.jsonl"));
+                std::fs::write(&path, rec.text())?;
+                paths.push(path.display().to_string());
+            }
+        }
+        Ok(paths)
+    }
+
     pub fn create(&mut self, key: ModelKey, spec: ModelSpec, finalizer: bool) {
         if let Some(change) = self.api.create(key, Arc::new(spec), finalizer) {
             self.fanout(change);
@@ -714,13 +759,20 @@ impl World {
                     }
                     _ => false,
                 };
-                let failed = (downloads && !self.nodes[node].root_writable) || local_missing;
+                // Two models may name one directory: the one whose marker it holds is Ready.
+                let dest = model_agent_core::dest_path::dest_path(&obj.spec, &self.config.models_root).ok().flatten();
+                let taken = dest
+                    .and_then(|d| d.beneath_root)
+                    .and_then(|p| self.nodes[node].dirs.get(&p).cloned())
+                    .is_some_and(|owner| owner != obj.uid);
+                let failed = (downloads && (!self.nodes[node].root_writable || taken)) || local_missing;
                 let status = if failed { ModelStatus::Failed } else { ModelStatus::Ready };
                 expected_labels.insert(wire::label_key(&obj.key), status.as_str());
                 let cm_key = wire::configmap_key(&obj.key);
                 match self.api.entries[node].get(&cm_key) {
                     Some(e) if e.status == status && e.uid.as_deref().is_none_or(|u| u == obj.uid.as_str()) => {}
-                    other => problems.push(format!("node {node}: entry {cm_key} is {other:?}, expected {status:?} of {}", obj.uid)),
+                    other => problems
+                        .push(format!("node {node}: entry {cm_key} is {other:?}, expected {status:?} of {}", obj.uid)),
                 }
             }
             let labels = &self.api.labels[node];

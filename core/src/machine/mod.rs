@@ -1135,12 +1135,17 @@ fn drive(
     let mut finished: Vec<Uid> = Vec::new();
     let former_owns_dir =
         slot.former.iter().any(|f| f.owned_dir.is_some() && !f.obj.spec().is_some_and(|s| s.reserve_artifact));
-    let former_pending = slot.former.iter().any(Incarnation::is_pending);
-    for inc in slot.all() {
+    // Earlier incarnations first: the current one acts only once none of them is pending, has an
+    // effect in flight, or is given one now.
+    let mut former_unsettled = false;
+    for inc in slot.former.iter().chain(slot.current.iter()) {
+        let is_current = slot.current.as_ref().is_some_and(|c| c.uid() == inc.uid());
+        if !is_current && (inc.is_pending() || inc.inflight.is_some()) {
+            former_unsettled = true;
+        }
         if inc.inflight.is_some() || inc.blocked_until.is_some_and(|t| t > env.now) {
             continue;
         }
-        let is_current = slot.current.as_ref().is_some_and(|c| c.uid() == inc.uid());
         // Any other incarnation not confirmed gone may be the live one and own the label.
         let label_fenced = slot.all().any(|o| o.uid() != inc.uid() && !o.is_confirmed() && o.claims_label());
         let ctx = Context {
@@ -1149,13 +1154,16 @@ fn drive(
             models_root: &env.config.models_root,
             label_fenced,
             former_owns_dir: is_current && former_owns_dir,
-            predecessor_pending: is_current && former_pending,
+            predecessor_unsettled: is_current && former_unsettled,
             label_is_ready: label_value.is_some_and(|v| v == ModelStatus::Ready.as_str()),
         };
         let want = want(inc, &ctx);
         match next_op(key, slot, inc, &want, &ctx, env.now) {
             Some((op, _)) if env.shutting_down && op.is_destructive() => {}
-            Some((op, what)) => actions.push((inc.uid().clone(), op, what)),
+            Some((op, what)) => {
+                former_unsettled |= !is_current;
+                actions.push((inc.uid().clone(), op, what));
+            }
             None if inc.is_confirmed() => finished.push(inc.uid().clone()),
             None => {}
         }

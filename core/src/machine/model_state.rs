@@ -234,10 +234,11 @@ pub struct Context<'a> {
     pub label_fenced: bool,
     /// An earlier incarnation still has a directory to move away first.
     pub former_owns_dir: bool,
-    /// An earlier incarnation of this name awaits confirmation. Which uid is the live one is
-    /// then unknown (a stale list can show an old uid after a new one): publish nothing that
-    /// would overwrite the other's label or entry until a live read says.
-    pub predecessor_pending: bool,
+    /// An earlier incarnation of this name awaits confirmation or has an effect in flight.
+    /// Which uid is the live one may be unknown (a stale list can show an old uid after a new
+    /// one), and an earlier effect may still land after a new one: publish nothing that would
+    /// overwrite the other's label or entry until it has settled.
+    pub predecessor_unsettled: bool,
     /// The node label for this name reads Ready already.
     pub label_is_ready: bool,
 }
@@ -258,7 +259,7 @@ pub fn want(inc: &Incarnation, ctx: &Context) -> Want {
         Life::PendingConfirm { .. } => return Want::Hold,
         Life::Observed => {}
     }
-    if ctx.predecessor_pending {
+    if ctx.predecessor_unsettled {
         return Want::Hold;
     }
     let Some(node) = ctx.node else { return Want::Hold };

@@ -1024,3 +1024,24 @@ fn a_stale_list_showing_an_old_uid_never_overwrites_the_live_one() {
     assert_eq!(h.view(&key, "b").life, Life::Observed);
     assert_eq!(h.view(&key, "b").owned_dir.as_deref(), Some("m"), "B's weights untouched");
 }
+
+#[test]
+fn a_new_uid_waits_until_the_old_uid_s_effects_have_landed() {
+    // A's publish is still in flight when A is replaced by B: B must not publish until A's
+    // effect has landed, or A's late write could overwrite B's entry.
+    let mut h = H::new();
+    let e = h.start(false, vec![]);
+    h.settle(e);
+    let e = h.apply(local("m", "a"));
+    let a_publish = e.iter().find(|e| matches!(e.op, Op::Publish { .. })).unwrap().id;
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("m", "a")));
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(local("m", "b")) });
+    assert!(published(&e).is_empty(), "B waits for A's publish to land: {e:#?}");
+    let e = h.input(Input::EffectDone { id: a_publish, outcome: Outcome::Done });
+    // Now A's cleanup runs (keeping the label B will claim), then B proceeds.
+    let all = h.settle(e);
+    let first_b = all.iter().position(|e| matches!(&e.op, Op::Publish { uid, .. } if uid.as_str() == "b")).unwrap();
+    let a_unpublish =
+        all.iter().position(|e| matches!(&e.op, Op::Unpublish { uid, .. } if uid.as_str() == "a")).unwrap();
+    assert!(a_unpublish < first_b);
+}
