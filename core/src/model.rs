@@ -207,7 +207,7 @@ pub struct ApiNodeSelector {
 // ---------------------------------------------------------------------------------------------
 
 /// What the core keeps of one model object.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ModelObject {
     pub key: ModelKey,
     pub uid: Uid,
@@ -222,7 +222,8 @@ pub struct ModelObject {
 }
 
 /// The parsed spec: what eligibility, the destination path and availability need.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// `Eq`, so that comparing two `Arc<ModelSpec>` short-circuits on the pointer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ModelSpec {
     pub storage_uri: String,
     /// `Ok(uri)`, or the parse error (the model is Failed on nodes where it is eligible).

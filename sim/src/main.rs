@@ -13,6 +13,7 @@ USAGE:
                                 [--json] [--svg FILE]
   model-agent-sim swarm --seeds K [--seed FIRST] [--nodes N] [--models M] [--json] [--dump-traces DIR]
   model-agent-sim replay FILE [--check]
+  model-agent-sim bench [--nodes N] [--models M]   (crd-ssa wall time and events/s, both agents)
   model-agent-sim list
 
 Scenarios: crd-ssa, apiserver-outage, stale-relist, unsynced-empty, delete-recreate, read-failures,
@@ -66,6 +67,7 @@ fn main() -> ExitCode {
         "scenario" => cmd_scenario(args),
         "swarm" => cmd_swarm(args),
         "replay" => cmd_replay(args),
+        "bench" => cmd_bench(args),
         "list" => {
             scenario::SCENARIOS.iter().for_each(|s| println!("{s}"));
             Ok(true)
@@ -202,6 +204,37 @@ fn cmd_swarm(mut args: Args) -> Result<bool, String> {
     }
     println!("swarm: {seeds} seeds from {first} passed in {:.1} s", started.elapsed().as_secs_f64());
     Ok(true)
+}
+
+/// The simulator's benchmark: `crd-ssa` on a large fleet, both agents, with wall time, events per
+/// second and live reads per node.
+fn cmd_bench(mut args: Args) -> Result<bool, String> {
+    let nodes = args.number("--nodes")?.unwrap_or(1000);
+    let models = args.number("--models")?.unwrap_or(1000);
+    args.done()?;
+    println!("crd-ssa, {nodes} nodes x {models} models, seed 1");
+    println!(
+        "{:<10}{:>10}{:>14}{:>16}{:>16}{:>18}",
+        "agent", "wall s", "sim events", "events/s", "reads/node", "live removals"
+    );
+    let mut ok = true;
+    for agent in [AgentKind::Core, AgentKind::Upstream] {
+        let opts = Options { nodes, models, seed: 1, agent, ..Options::default() };
+        let started = std::time::Instant::now();
+        let (r, _) = scenario::run("crd-ssa", &opts)?;
+        let wall = started.elapsed().as_secs_f64();
+        println!(
+            "{:<10}{:>10.2}{:>14}{:>16.0}{:>16.2}{:>18}",
+            agent.as_str(),
+            wall,
+            r.events_processed,
+            r.events_processed as f64 / wall,
+            (r.api_get + r.api_list) as f64 / nodes as f64,
+            r.label_removals_live + r.entry_removals_live + r.dir_removals_live
+        );
+        ok &= agent != AgentKind::Core || r.clean();
+    }
+    Ok(ok)
 }
 
 fn cmd_replay(mut args: Args) -> Result<bool, String> {

@@ -132,10 +132,11 @@ enum Ev {
     Wake { node: usize, generation: u32 },
 }
 
+/// Boxed so that the heap moves 24-byte entries, not whole events.
 struct Queued {
     t: u64,
     seq: u64,
-    ev: Ev,
+    ev: Box<Ev>,
 }
 
 impl PartialEq for Queued {
@@ -226,7 +227,7 @@ impl World {
 
     fn schedule(&mut self, t: u64, ev: Ev) {
         self.seq += 1;
-        self.queue.push(Reverse(Queued { t, seq: self.seq, ev }));
+        self.queue.push(Reverse(Queued { t, seq: self.seq, ev: Box::new(ev) }));
     }
 
     fn latency(&mut self, max: u64) -> u64 {
@@ -259,7 +260,7 @@ impl World {
             let Reverse(q) = self.queue.pop().expect("peeked");
             self.now = q.t;
             self.events_processed += 1;
-            self.process(q.ev);
+            self.process(*q.ev);
         }
         self.now = t;
     }
@@ -739,62 +740,86 @@ impl World {
     /// Liveness at quiescence: every node's labels, entries and directories are a function of
     /// the ground truth, nothing is pending, and a second reconcile adds no effect.
     pub fn check_converged(&mut self) {
+        // What each live object needs, computed once (not once per node).
+        struct Expect {
+            label_key: String,
+            cm_key: String,
+            uid: String,
+            downloads: bool,
+            local_path: Option<String>,
+            dir: Option<String>,
+        }
+        let root = self.config.models_root.clone();
+        let expects: Vec<(Expect, &crate::api::ApiObject)> = self
+            .api
+            .objects
+            .values()
+            .filter(|o| !o.deleting)
+            .map(|o| {
+                let local_path = match &o.spec.uri {
+                    Ok(model_agent_core::storage_uri::StorageUri::Local { path }) => Some(path.clone()),
+                    _ => None,
+                };
+                let dir =
+                    model_agent_core::dest_path::dest_path(&o.spec, &root).ok().flatten().and_then(|d| d.beneath_root);
+                let e = Expect {
+                    label_key: wire::label_key(&o.key),
+                    cm_key: wire::configmap_key(&o.key),
+                    uid: o.uid.as_str().to_string(),
+                    downloads: o.spec.uri.as_ref().is_ok_and(|u| u.downloads()),
+                    local_path,
+                    dir,
+                };
+                (e, o)
+            })
+            .collect();
+        let live_uids: BTreeSet<&str> = self.api.objects.values().map(|o| o.uid.as_str()).collect();
         let mut problems = Vec::new();
         for node in 0..self.nodes.len() {
             if matches!(self.nodes[node].agent, Agent::Stopped) {
                 continue;
             }
             let view = self.api.node_view(node);
-            let mut expected_labels: BTreeMap<String, &'static str> = BTreeMap::new();
-            let mut live_uids = BTreeSet::new();
-            for obj in self.api.objects.values() {
-                live_uids.insert(obj.uid.as_str().to_string());
-                if obj.deleting || !model_agent_core::placement::placement(&obj.spec, &view).is_eligible() {
+            let n = &self.nodes[node];
+            let mut expected_labels: BTreeMap<&str, &'static str> = BTreeMap::new();
+            for (e, obj) in &expects {
+                if !model_agent_core::placement::placement(&obj.spec, &view).is_eligible() {
                     continue;
                 }
-                let downloads = obj.spec.uri.as_ref().is_ok_and(|u| u.downloads());
-                let local_missing = match &obj.spec.uri {
-                    Ok(model_agent_core::storage_uri::StorageUri::Local { path }) => {
-                        self.nodes[node].missing_local.contains(path)
-                    }
-                    _ => false,
-                };
+                let local_missing = e.local_path.as_ref().is_some_and(|p| n.missing_local.contains(p));
                 // Two models may name one directory: the one whose marker it holds is Ready.
-                let dest = model_agent_core::dest_path::dest_path(&obj.spec, &self.config.models_root).ok().flatten();
-                let taken = dest
-                    .and_then(|d| d.beneath_root)
-                    .and_then(|p| self.nodes[node].dirs.get(&p).cloned())
-                    .is_some_and(|owner| owner != obj.uid);
-                let failed = (downloads && (!self.nodes[node].root_writable || taken)) || local_missing;
+                let taken = e.dir.as_ref().and_then(|p| n.dirs.get(p)).is_some_and(|owner| owner.as_str() != e.uid);
+                let failed = (e.downloads && (!n.root_writable || taken)) || local_missing;
                 let status = if failed { ModelStatus::Failed } else { ModelStatus::Ready };
-                expected_labels.insert(wire::label_key(&obj.key), status.as_str());
-                let cm_key = wire::configmap_key(&obj.key);
-                match self.api.entries[node].get(&cm_key) {
-                    Some(e) if e.status == status && e.uid.as_deref().is_none_or(|u| u == obj.uid.as_str()) => {}
-                    other => problems
-                        .push(format!("node {node}: entry {cm_key} is {other:?}, expected {status:?} of {}", obj.uid)),
+                expected_labels.insert(&e.label_key, status.as_str());
+                match self.api.entries[node].get(&e.cm_key) {
+                    Some(s) if s.status == status && s.uid.as_deref().is_none_or(|u| u == e.uid) => {}
+                    other => problems.push(format!(
+                        "node {node}: entry {} is {other:?}, expected {status:?} of {}",
+                        e.cm_key, e.uid
+                    )),
                 }
             }
             let labels = &self.api.labels[node];
             for (k, v) in &expected_labels {
-                if labels.get(k).map(String::as_str) != Some(*v) {
-                    problems.push(format!("node {node}: label {k} is {:?}, expected {v}", labels.get(k)));
+                if labels.get(*k).map(String::as_str) != Some(*v) {
+                    problems.push(format!("node {node}: label {k} is {:?}, expected {v}", labels.get(*k)));
                 }
             }
-            for k in labels.keys().filter(|k| !expected_labels.contains_key(*k)) {
+            for k in labels.keys().filter(|k| !expected_labels.contains_key(k.as_str())) {
                 problems.push(format!("node {node}: stale label {k}"));
             }
             for (k, e) in &self.api.entries[node] {
-                if e.uid.as_ref().is_some_and(|u| !live_uids.contains(u)) {
+                if e.uid.as_ref().is_some_and(|u| !live_uids.contains(u.as_str())) {
                     problems.push(format!("node {node}: stale entry {k} of uid {:?}", e.uid));
                 }
             }
-            for (path, uid) in &self.nodes[node].dirs {
+            for (path, uid) in &n.dirs {
                 if !live_uids.contains(uid.as_str()) {
                     problems.push(format!("node {node}: directory {path} of deleted uid {uid} still in place"));
                 }
             }
-            if let Agent::Core(state) = &self.nodes[node].agent {
+            if let Agent::Core(state) = &n.agent {
                 let (pending, _) = state.pending_confirmations();
                 if pending > 0 {
                     problems.push(format!("node {node}: {pending} confirmations still pending"));

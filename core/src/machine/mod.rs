@@ -11,6 +11,7 @@ pub mod model_state;
 use imbl::{OrdMap, OrdSet};
 
 use crate::pcoll::{Map, Set};
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -596,12 +597,13 @@ impl State {
 
     fn on_snapshot(&mut self, st: &mut Step, requested_seq: u64, snap: DriftSnapshot) {
         let now = st.now;
-        let owned_by_uid: BTreeMap<&Uid, &OwnedDir> = snap.owned_dirs.iter().map(|d| (&d.uid, d)).collect();
-        let mut known_uids: BTreeSet<Uid> = BTreeSet::new();
-        let mut claimed_labels: BTreeSet<Arc<str>> = BTreeSet::new();
-        let mut claimed_entries: BTreeSet<Arc<str>> = BTreeSet::new();
-        for key in sorted(self.slots.keys().cloned().collect()) {
-            let slot = self.slots.get_mut(&key).map(Arc::make_mut).expect("key listed");
+        // Hash sets with a fixed hasher: this pass is O(models) per node every period.
+        let owned_by_uid: FxHashMap<&Uid, &OwnedDir> = snap.owned_dirs.iter().map(|d| (&d.uid, d)).collect();
+        let mut known_uids: FxHashSet<Uid> = FxHashSet::default();
+        let mut claimed_labels: FxHashSet<Arc<str>> = FxHashSet::default();
+        let mut claimed_entries: FxHashSet<Arc<str>> = FxHashSet::default();
+        for (key, shared) in self.slots.iter_mut() {
+            let slot = Arc::make_mut(shared);
             claimed_labels.insert(slot.label_key.clone());
             claimed_entries.insert(slot.cm_key.clone());
             let label = snap.labels.get(&*slot.label_key).and_then(|v| ModelStatus::parse(v));
