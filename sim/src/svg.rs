@@ -70,10 +70,11 @@ pub fn render(title: &str, marks: &[Mark], nodes: usize, t_end_ms: u64) -> Strin
         ("#555", "cleanup"),
         ("black", "X = damage to a live model"),
     ];
-    for (i, (colour, label)) in legend.iter().enumerate() {
-        let lx = left + i as f64 * 180.0;
+    let mut lx = left;
+    for (colour, label) in legend {
         let _ = writeln!(s, r#"<rect x="{lx}" y="{}" width="10" height="10" fill="{colour}"/>"#, legend_y - 9.0);
         let _ = writeln!(s, r#"<text x="{}" y="{legend_y}">{label}</text>"#, lx + 14.0);
+        lx += 30.0 + 7.0 * label.len() as f64;
     }
     let _ = writeln!(s, r#"<text x="{left}" y="{}">0 s</text>"#, legend_y + 20.0);
     let _ = writeln!(
