@@ -1,1 +1,487 @@
-fn main() {}
+//! `model-agent`: the imperative shell. It turns watches, reads, probes and time into core
+//! inputs, executes the core's effects against the API server and the node, serves health and
+//! metrics, and records traces. All decisions are the core's.
+
+mod fsops;
+mod http;
+mod kubeio;
+mod metrics;
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use kube::Client;
+use tokio::sync::mpsc;
+use tracing::{error, info, warn};
+
+use model_agent_core::machine::{Config, Effect, Input, Note, Op, Outcome, WriteCheck};
+use model_agent_core::{Instant, State, trace};
+
+use crate::kubeio::Write;
+use crate::metrics::{CoreGauges, Metrics};
+
+const USAGE: &str = "\
+model-agent: makes LLM model weights available on this node and reports them (OME-compatible)
+
+USAGE: model-agent [FLAGS]     (env NODE_NAME is required)
+
+  --port N                         health and metrics port (8080)
+  --models-root-dir DIR            models root on the node (/mnt/models)
+  --namespace NS                   namespace of the per-node ConfigMap (ome)
+  --models-root-write-check MODE   auto | always | never (auto: only when a model placed here downloads)
+  --kubeconfig FILE                kubeconfig (default: in-cluster, or $KUBECONFIG)
+  --record-trace FILE              record every core input and its effects as JSON lines
+  --log-level LEVEL                error | warn | info | debug | trace (info; env LOG_LEVEL)
+  --log-format FORMAT              text | json (text)
+  --node-label-retry N             accepted for OME compatibility (the core retries with backoff)
+  --num-download-worker N          concurrent fetches (5)
+  --download-retry, --concurrency, --multipart-concurrency, --node-name
+                                   accepted for OME compatibility; --node-name is ignored (NODE_NAME)";
+
+/// Inputs queued for the core at most; watchers wait when it is full (backpressure).
+const INPUT_QUEUE_MAX: usize = 10_000;
+/// The loop wakes at least this often (heartbeat, status).
+const LOOP_WAKE_MS_MAX: u64 = 1_000;
+/// In-flight work is given this long after SIGTERM; the process exits well within 30 s.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+/// Concurrent live reads at most.
+const LIVE_READS_CONCURRENT_MAX: usize = 8;
+
+#[derive(Debug)]
+struct Cli {
+    port: u16,
+    models_root: String,
+    namespace: String,
+    write_check: WriteCheck,
+    kubeconfig: Option<String>,
+    record_trace: Option<PathBuf>,
+    log_level: String,
+    log_json: bool,
+    fetch_workers: usize,
+}
+
+fn parse_cli(args: Vec<String>) -> Result<Cli, String> {
+    let mut cli = Cli {
+        port: 8080,
+        models_root: "/mnt/models".into(),
+        namespace: "ome".into(),
+        write_check: WriteCheck::Auto,
+        kubeconfig: None,
+        record_trace: None,
+        log_level: std::env::var("LOG_LEVEL").unwrap_or_else(|_| "info".into()),
+        log_json: false,
+        fetch_workers: 5,
+    };
+    let mut it = args.into_iter();
+    while let Some(arg) = it.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+            _ => (arg.clone(), None),
+        };
+        let mut value = || inline.clone().or_else(|| it.next()).ok_or(format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--port" => cli.port = value()?.parse().map_err(|_| "--port: not a port number")?,
+            "--models-root-dir" => cli.models_root = value()?,
+            "--namespace" => cli.namespace = value()?,
+            "--models-root-write-check" => cli.write_check = value()?.parse()?,
+            "--kubeconfig" => cli.kubeconfig = Some(value()?),
+            "--record-trace" => cli.record_trace = Some(PathBuf::from(value()?)),
+            "--log-level" => cli.log_level = value()?,
+            "--log-format" => {
+                cli.log_json = match value()?.as_str() {
+                    "json" => true,
+                    "text" => false,
+                    other => return Err(format!("--log-format must be text or json, not {other:?}")),
+                }
+            }
+            "--num-download-worker" => {
+                cli.fetch_workers = value()?.parse().map_err(|_| "--num-download-worker: not a number")?;
+            }
+            "--node-label-retry" | "--download-retry" | "--concurrency" | "--multipart-concurrency" | "--node-name" => {
+                value()?;
+            }
+            "-h" | "--help" => return Err(USAGE.into()),
+            other => return Err(format!("unknown flag {other:?}\n\n{USAGE}")),
+        }
+    }
+    if !cli.models_root.starts_with('/') {
+        return Err(format!("--models-root-dir must be absolute, not {:?}", cli.models_root));
+    }
+    Ok(cli)
+}
+
+fn main() -> ExitCode {
+    let cli = match parse_cli(std::env::args().skip(1).collect()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("model-agent: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let node_name = match std::env::var("NODE_NAME") {
+        Ok(n) if !n.is_empty() => n,
+        _ => {
+            eprintln!(
+                "model-agent: the NODE_NAME environment variable is not set (the DaemonSet sets it from spec.nodeName)"
+            );
+            return ExitCode::from(2);
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    if cli.log_json {
+        tracing_subscriber::fmt().json().with_env_filter(filter).init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
+    match runtime.block_on(run(cli, node_name)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            error!("{e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Everything effect executors need.
+#[derive(Clone)]
+struct Ctx {
+    client: Client,
+    node: String,
+    namespace: String,
+    root: PathBuf,
+    inputs: mpsc::Sender<Input>,
+    writes: mpsc::Sender<Write>,
+    metrics: Arc<Metrics>,
+    inflight: Arc<AtomicUsize>,
+    reads: Arc<tokio::sync::Semaphore>,
+    fetches: Arc<tokio::sync::Semaphore>,
+}
+
+async fn run(cli: Cli, node_name: String) -> Result<(), String> {
+    let client = kubeio::client(cli.kubeconfig.as_deref()).await?;
+    let seed =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    let config = Config { seed, write_check: cli.write_check, ..Config::new(&node_name, &cli.models_root) };
+    let mut recorder = match &cli.record_trace {
+        Some(path) => {
+            let file = std::fs::File::create(path).map_err(|e| format!("--record-trace {}: {e}", path.display()))?;
+            let mut w = std::io::BufWriter::new(file);
+            writeln!(w, "{}", trace::header_line(&config)).map_err(|e| e.to_string())?;
+            Some(w)
+        }
+        None => None,
+    };
+    let mut state = State::new(config);
+    let metrics = Arc::new(Metrics::default());
+    let epoch = std::time::Instant::now();
+    let shared = Arc::new(http::Shared {
+        readiness: RwLock::new(state.readiness()),
+        heartbeat_ms: Default::default(),
+        epoch,
+        stall_ms_max: 30_000,
+        metrics: metrics.clone(),
+    });
+    shared.beat();
+
+    let listener =
+        tokio::net::TcpListener::bind(("0.0.0.0", cli.port)).await.map_err(|e| format!("--port {}: {e}", cli.port))?;
+    let (stop_http_tx, stop_http_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(
+        axum::serve(listener, http::router(shared.clone()))
+            .with_graceful_shutdown(async {
+                let _ = stop_http_rx.await;
+            })
+            .into_future(),
+    );
+    info!(port = cli.port, "serving /healthz /readyz /livez /metrics");
+
+    let (in_tx, mut in_rx) = mpsc::channel::<Input>(INPUT_QUEUE_MAX);
+    let (w_tx, w_rx) = mpsc::channel::<Write>(INPUT_QUEUE_MAX);
+    let writer = tokio::spawn(kubeio::writer(
+        client.clone(),
+        node_name.clone(),
+        cli.namespace.clone(),
+        w_rx,
+        in_tx.clone(),
+        metrics.clone(),
+    ));
+    kubeio::log_startup(&node_name, &cli.namespace);
+    let watchers = vec![
+        tokio::spawn(kubeio::watch_node(client.clone(), node_name.clone(), in_tx.clone(), metrics.clone())),
+        tokio::spawn(kubeio::watch_models(
+            client.clone(),
+            model_agent_core::Kind::BaseModel,
+            in_tx.clone(),
+            metrics.clone(),
+        )),
+        tokio::spawn(kubeio::watch_models(
+            client.clone(),
+            model_agent_core::Kind::ClusterBaseModel,
+            in_tx.clone(),
+            metrics.clone(),
+        )),
+    ];
+    let ctx = Ctx {
+        client,
+        node: node_name,
+        namespace: cli.namespace.clone(),
+        root: PathBuf::from(&cli.models_root),
+        inputs: in_tx.clone(),
+        writes: w_tx,
+        metrics: metrics.clone(),
+        inflight: Arc::new(AtomicUsize::new(0)),
+        reads: Arc::new(tokio::sync::Semaphore::new(LIVE_READS_CONCURRENT_MAX)),
+        fetches: Arc::new(tokio::sync::Semaphore::new(cli.fetch_workers.max(1))),
+    };
+
+    let mut sigterm =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut shutdown_at: Option<tokio::time::Instant> = None;
+    let mut last_status = tokio::time::Instant::now() - Duration::from_secs(10);
+    loop {
+        let now_ms = epoch.elapsed().as_millis() as u64;
+        let wake_ms =
+            state.next_deadline().map_or(LOOP_WAKE_MS_MAX, |d| d.as_ms().saturating_sub(now_ms).min(LOOP_WAKE_MS_MAX));
+        let input = tokio::select! {
+            biased;
+            _ = sigterm.recv(), if shutdown_at.is_none() => Some(Input::Shutdown),
+            _ = tokio::signal::ctrl_c(), if shutdown_at.is_none() => Some(Input::Shutdown),
+            received = in_rx.recv() => received,
+            _ = tokio::time::sleep(Duration::from_millis(wake_ms)) => Some(Input::Tick),
+        };
+        let Some(input) = input else { break };
+        if input == Input::Shutdown {
+            info!("shutdown requested: no new destructive effect; finishing in-flight work");
+            shutdown_at = Some(tokio::time::Instant::now());
+            for w in &watchers {
+                w.abort();
+            }
+        }
+        let now = Instant(epoch.elapsed().as_millis() as u64);
+        let effects = state.handle(now, input.clone());
+        if let Some(w) = &mut recorder
+            && let Err(e) = writeln!(w, "{}", trace::step_line(now, &input, &effects))
+        {
+            warn!(error = %e, "--record-trace: writing failed; recording stops");
+            recorder = None;
+        }
+        for effect in effects {
+            dispatch(&ctx, effect).await;
+        }
+        shared.beat();
+        if last_status.elapsed() >= Duration::from_millis(500) {
+            last_status = tokio::time::Instant::now();
+            publish_status(&state, &shared, &metrics, now);
+            if let Some(w) = &mut recorder {
+                let _ = w.flush();
+            }
+        }
+        if let Some(at) = shutdown_at {
+            let idle = ctx.inflight.load(Ordering::SeqCst) == 0;
+            if idle || at.elapsed() >= SHUTDOWN_GRACE {
+                if !idle {
+                    warn!(
+                        in_flight = ctx.inflight.load(Ordering::SeqCst),
+                        "abandoning in-flight work at the shutdown deadline"
+                    );
+                }
+                break;
+            }
+        }
+    }
+    // Workers are joined before their channels close: the writer finishes its batch.
+    drop(ctx);
+    drop(in_tx);
+    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+    if let Some(mut w) = recorder {
+        let _ = w.flush();
+    }
+    let _ = stop_http_tx.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
+    info!("stopped");
+    Ok(())
+}
+
+fn publish_status(state: &State, shared: &http::Shared, metrics: &Metrics, now: Instant) {
+    let readiness = state.readiness();
+    let (pending, oldest) = state.pending_confirmations();
+    *metrics.core.lock().expect("metrics lock") = CoreGauges {
+        stats: state.stats().clone(),
+        pending_confirmations: pending,
+        oldest_pending_seconds: oldest.map_or(0.0, |o| now.ms_since(o) as f64 / 1000.0),
+        models: state.model_count(),
+        root_writable: state.root().map(|r| r.writable),
+        ready: readiness.ready,
+    };
+    *shared.readiness.write().expect("readiness lock") = readiness;
+}
+
+/// Start executing one effect; its outcome comes back to the core as an input.
+async fn dispatch(ctx: &Ctx, effect: Effect) {
+    let Effect { id, op } = effect;
+    match op {
+        Op::Note(note) => log_note(&note),
+        Op::Publish { label_key, label, cm_key, entry, .. } => {
+            let w = Write::Publish { id, label_key, label, cm_key, entry: entry.to_json() };
+            let _ = ctx.writes.send(w).await;
+        }
+        Op::Unpublish { uid, label_key, remove_label, cm_key, .. } => {
+            let w = Write::Unpublish { id, label_key, remove_label, cm_key, uid: uid.as_str().to_string() };
+            let _ = ctx.writes.send(w).await;
+        }
+        Op::RemoveOrphanLabel { label_key } => {
+            let _ = ctx.writes.send(Write::OrphanLabel { id, label_key }).await;
+        }
+        Op::RemoveOrphanEntry { cm_key, uid } => {
+            let _ = ctx.writes.send(Write::OrphanEntry { id, cm_key, uid }).await;
+        }
+        Op::LiveGet { key } => spawn(ctx, async move |c: Ctx| {
+            let _permit = c.reads.acquire().await;
+            Some(Input::LiveRead { id, result: kubeio::live_get(&c.client, &key).await })
+        }),
+        Op::LiveList { kind } => spawn(ctx, async move |c: Ctx| {
+            let _permit = c.reads.acquire().await;
+            Some(Input::LiveList { id, result: kubeio::live_list(&c.client, kind).await })
+        }),
+        Op::VerifyLocal { key, path, .. } => spawn(ctx, async move |c: Ctx| {
+            let _permit = c.fetches.acquire().await;
+            let p = PathBuf::from(&path);
+            let result = tokio::task::spawn_blocking(move || fsops::verify_local(&p))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()));
+            let labels = (key.kind.as_str().to_string(), key.namespace.to_string(), key.name.to_string());
+            c.metrics.model_outcome(labels, result.is_ok());
+            Some(Input::EffectDone { id, outcome: outcome(result) })
+        }),
+        Op::Download { key, storage_uri, .. } => spawn(ctx, async move |c: Ctx| {
+            // No downloader for any scheme is built in yet: say so plainly (the model is Failed
+            // with this reason and retried with backoff), never pretend.
+            let labels = (key.kind.as_str().to_string(), key.namespace.to_string(), key.name.to_string());
+            c.metrics.model_outcome(labels, false);
+            let reason = format!("downloading {storage_uri} is not supported by this build of model-agent");
+            Some(Input::EffectDone { id, outcome: Outcome::Failed(reason) })
+        }),
+        Op::TrashDir { uid, path, trash_name, .. } => spawn(ctx, async move |c: Ctx| {
+            let root = c.root.clone();
+            let result = tokio::task::spawn_blocking(move || fsops::trash_dir(&root, &path, &uid, &trash_name))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()));
+            Some(Input::EffectDone { id, outcome: outcome(result) })
+        }),
+        Op::PurgeTrash { name } => spawn(ctx, async move |c: Ctx| {
+            let root = c.root.clone();
+            let result = tokio::task::spawn_blocking(move || fsops::purge_trash(&root, &name))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()));
+            Some(Input::EffectDone { id, outcome: outcome(result) })
+        }),
+        Op::ProbeRoot => spawn(ctx, async move |c: Ctx| {
+            let root = c.root.clone();
+            let probe = tokio::task::spawn_blocking(move || fsops::probe_root(&root)).await.ok()?;
+            Some(Input::RootProbed { id, probe })
+        }),
+        Op::Snapshot => spawn(ctx, async move |c: Ctx| {
+            let mut snapshot = match kubeio::snapshot_api(&c.client, &c.node, &c.namespace).await {
+                Ok(s) => s,
+                Err(e) => {
+                    warn!(error = %e, "drift snapshot failed; the next period asks again");
+                    return None;
+                }
+            };
+            let root = c.root.clone();
+            let (owned, trash) = tokio::task::spawn_blocking(move || fsops::scan(&root)).await.ok()?;
+            snapshot.owned_dirs = owned;
+            snapshot.trash = trash;
+            Some(Input::DriftObserved { id, snapshot })
+        }),
+    }
+}
+
+fn outcome(result: Result<(), String>) -> Outcome {
+    match result {
+        Ok(()) => Outcome::Done,
+        Err(e) => Outcome::Failed(e),
+    }
+}
+
+/// Run one effect's work in a task, counted as in flight until its input is queued.
+fn spawn<F>(ctx: &Ctx, work: impl FnOnce(Ctx) -> F + Send + 'static)
+where
+    F: std::future::Future<Output = Option<Input>> + Send + 'static,
+{
+    let c = ctx.clone();
+    c.inflight.fetch_add(1, Ordering::SeqCst);
+    tokio::spawn(async move {
+        let inputs = c.inputs.clone();
+        let inflight = c.inflight.clone();
+        c.metrics.inc(&c.metrics.effects_executed);
+        if let Some(input) = work(c).await {
+            let _ = inputs.send(input).await;
+        }
+        inflight.fetch_sub(1, Ordering::SeqCst);
+    });
+}
+
+fn log_note(note: &Note) {
+    match note {
+        Note::PhantomSuppressed { key, uid, cause } => {
+            warn!(model = %key, uid = %uid, cause = ?cause, "phantom delete suppressed: a live read shows the model alive")
+        }
+        Note::DeleteConfirmed { key, uid, confirmation } => {
+            info!(model = %key, uid = %uid, confirmation = ?confirmation, "deletion confirmed; cleaning up this node")
+        }
+        Note::ModelFailed { key, uid, reason } => {
+            warn!(model = %key, uid = %uid, reason = %reason, "model failed on this node")
+        }
+        Note::ReadFailed { key, kind, reason, retry_in_ms } => {
+            warn!(model = ?key, kind = %kind, reason = %reason, retry_in_ms, "live read failed; the candidate stays pending")
+        }
+        Note::EffectFailed { id, reason, retry_in_ms } => {
+            warn!(effect = ?id, reason = %reason, retry_in_ms, "effect failed; retrying")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn flags_are_ome_compatible_with_defaults() {
+        let c = parse_cli(vec![]).unwrap();
+        assert_eq!((c.port, c.models_root.as_str(), c.namespace.as_str()), (8080, "/mnt/models", "ome"));
+        assert_eq!(c.write_check, WriteCheck::Auto);
+        assert_eq!(c.fetch_workers, 5);
+        let c = parse_cli(args(
+            "--port 9090 --models-root-dir /mnt/data/models --namespace x --node-label-retry 5 \
+             --num-download-worker 2 --download-retry 3 --concurrency 4 --multipart-concurrency 4 \
+             --node-name ignored --models-root-write-check=never --log-level debug --record-trace /tmp/t",
+        ))
+        .unwrap();
+        assert_eq!(
+            (c.port, c.models_root.as_str(), c.namespace.as_str(), c.fetch_workers),
+            (9090, "/mnt/data/models", "x", 2)
+        );
+        assert_eq!(c.write_check, WriteCheck::Never);
+        assert_eq!(c.record_trace, Some(PathBuf::from("/tmp/t")));
+    }
+
+    #[test]
+    fn bad_flags_are_clear_errors() {
+        assert!(parse_cli(args("--models-root-write-check maybe")).unwrap_err().contains("auto, always or never"));
+        assert!(parse_cli(args("--port")).unwrap_err().contains("needs a value"));
+        assert!(parse_cli(args("--bogus 1")).unwrap_err().contains("unknown flag"));
+        assert!(parse_cli(args("--models-root-dir relative")).unwrap_err().contains("absolute"));
+        assert!(parse_cli(args("--log-format xml")).unwrap_err().contains("text or json"));
+    }
+}

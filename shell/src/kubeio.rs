@@ -1,0 +1,350 @@
+//! The API server: watches (turned into core inputs), live reads, and the writer that batches
+//! label and ConfigMap changes for this node.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Config};
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+use model_agent_core::machine::{
+    DriftSnapshot, EffectId, EntryView, Input, ListResult, Outcome, ReadResult, WatchEvent,
+};
+use model_agent_core::placement::NodeView;
+use model_agent_core::wire::{self, ModelEntry, ModelStatus};
+use model_agent_core::{Kind, ModelKey, ModelObject};
+
+use crate::metrics::Metrics;
+
+/// A live read not answered by then is failed (the core also keeps its own 10 s deadline).
+pub const LIVE_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Changes written in one node patch and one ConfigMap write, at most.
+pub const WRITE_BATCH_MAX: usize = 2_000;
+/// Client-side limit on write batches: at most one per this interval (protects the API server).
+pub const WRITE_INTERVAL_MIN: Duration = Duration::from_millis(100);
+/// ConfigMap read-modify-write attempts on conflicts.
+pub const CONFIGMAP_ATTEMPTS_MAX: usize = 8;
+
+pub fn model_resource(kind: Kind) -> ApiResource {
+    let gvk = GroupVersionKind::gvk("ome.io", "v1beta1", kind.as_str());
+    ApiResource::from_gvk_with_plural(&gvk, kind.plural())
+}
+
+pub async fn client(kubeconfig: Option<&str>) -> Result<Client, String> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| format!("--kubeconfig {path}: {e}"))?;
+            Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| format!("--kubeconfig {path}: {e}"))?
+        }
+        None => Config::infer().await.map_err(|e| format!("no kubeconfig and no in-cluster config: {e}"))?,
+    };
+    Client::try_from(config).map_err(|e| format!("building the API client: {e}"))
+}
+
+/// One object from the API, as the core keeps it. An object that cannot be identified is
+/// logged and skipped: it can never turn into a delete.
+pub fn to_model(kind: Kind, obj: &DynamicObject) -> Option<ModelObject> {
+    let value = serde_json::to_value(obj).ok()?;
+    match ModelObject::from_json(kind, &value) {
+        Ok(m) => Some(m),
+        Err(e) => {
+            warn!(kind = %kind, name = ?obj.metadata.name, error = %e, "skipping a model object that cannot be identified");
+            None
+        }
+    }
+}
+
+/// Watch one model kind (all namespaces) and feed its events, relist boundaries included, to
+/// the core. The watcher's default list semantic (a quorum read) is kept.
+pub async fn watch_models(client: Client, kind: Kind, tx: mpsc::Sender<Input>, metrics: Arc<Metrics>) {
+    let api: Api<DynamicObject> = Api::all_with(client, &model_resource(kind));
+    let stream = watcher(api, watcher::Config::default()).default_backoff();
+    futures::pin_mut!(stream);
+    while let Some(event) = stream.next().await {
+        let event = match event {
+            Ok(watcher::Event::Init) => WatchEvent::RelistStarted,
+            Ok(watcher::Event::InitApply(o)) => match to_model(kind, &o) {
+                Some(m) => WatchEvent::RelistItem(m),
+                None => continue,
+            },
+            Ok(watcher::Event::InitDone) => WatchEvent::RelistDone,
+            Ok(watcher::Event::Apply(o)) => match to_model(kind, &o) {
+                Some(m) => WatchEvent::Applied(m),
+                None => continue,
+            },
+            Ok(watcher::Event::Delete(o)) => match to_model(kind, &o) {
+                Some(m) => WatchEvent::Deleted(m),
+                None => continue,
+            },
+            Err(e) => {
+                // Never "empty": an error only delays; the watcher relists by itself.
+                metrics.inc(&metrics.watch_errors);
+                warn!(kind = %kind, error = %e, "watch error; the watcher retries with backoff");
+                continue;
+            }
+        };
+        if tx.send(Input::Watch { kind, event }).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Watch this agent's own Node for its labels (eligibility).
+pub async fn watch_node(client: Client, node: String, tx: mpsc::Sender<Input>, metrics: Arc<Metrics>) {
+    let api: Api<Node> = Api::all(client);
+    let config = watcher::Config::default().fields(&format!("metadata.name={node}"));
+    let stream = watcher(api, config).default_backoff();
+    futures::pin_mut!(stream);
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
+                let view = NodeView { name: node.clone(), labels: n.metadata.labels.unwrap_or_default() };
+                if tx.send(Input::NodeObserved(view)).await.is_err() {
+                    return;
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                metrics.inc(&metrics.watch_errors);
+                warn!(node = %node, error = %e, "node watch error; retrying");
+            }
+        }
+    }
+}
+
+fn model_api(client: &Client, key: &ModelKey) -> Api<DynamicObject> {
+    let ar = model_resource(key.kind);
+    match key.kind {
+        Kind::ClusterBaseModel => Api::all_with(client.clone(), &ar),
+        Kind::BaseModel => Api::namespaced_with(client.clone(), &key.namespace, &ar),
+    }
+}
+
+/// Quorum GET (no resourceVersion) of one model, bounded in time.
+pub async fn live_get(client: &Client, key: &ModelKey) -> ReadResult {
+    let api = model_api(client, key);
+    match tokio::time::timeout(LIVE_READ_TIMEOUT, api.get_opt(&key.name)).await {
+        Err(_) => ReadResult::Failed(format!("GET {key} timed out after {} s", LIVE_READ_TIMEOUT.as_secs())),
+        Ok(Err(e)) => ReadResult::Failed(format!("GET {key}: {e}")),
+        Ok(Ok(None)) => ReadResult::NotFound,
+        Ok(Ok(Some(obj))) => match to_model(key.kind, &obj) {
+            Some(m) => ReadResult::Found(m),
+            None => ReadResult::Failed(format!("GET {key}: the object cannot be identified")),
+        },
+    }
+}
+
+/// Quorum LIST of one kind, bounded in time.
+pub async fn live_list(client: &Client, kind: Kind) -> ListResult {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &model_resource(kind));
+    match tokio::time::timeout(LIVE_READ_TIMEOUT, api.list(&Default::default())).await {
+        Err(_) => {
+            ListResult::Failed(format!("LIST {} timed out after {} s", kind.plural(), LIVE_READ_TIMEOUT.as_secs()))
+        }
+        Ok(Err(e)) => ListResult::Failed(format!("LIST {}: {e}", kind.plural())),
+        Ok(Ok(list)) => ListResult::Listed(list.items.iter().filter_map(|o| to_model(kind, o)).collect()),
+    }
+}
+
+/// One write for this node's label and ConfigMap, from one core effect.
+#[derive(Clone, Debug)]
+pub enum Write {
+    Publish { id: EffectId, label_key: String, label: Option<ModelStatus>, cm_key: String, entry: String },
+    Unpublish { id: EffectId, label_key: String, remove_label: bool, cm_key: String, uid: String },
+    OrphanLabel { id: EffectId, label_key: String },
+    OrphanEntry { id: EffectId, cm_key: String, uid: Option<String> },
+}
+
+impl Write {
+    fn id(&self) -> EffectId {
+        match self {
+            Write::Publish { id, .. }
+            | Write::Unpublish { id, .. }
+            | Write::OrphanLabel { id, .. }
+            | Write::OrphanEntry { id, .. } => *id,
+        }
+    }
+}
+
+/// Applies writes in batches: all label changes of a batch in one patch of this node, all entry
+/// changes in one resourceVersion-checked write of this node's ConfigMap. Every effect gets its
+/// outcome back.
+pub async fn writer(
+    client: Client,
+    node: String,
+    namespace: String,
+    mut rx: mpsc::Receiver<Write>,
+    tx: mpsc::Sender<Input>,
+    metrics: Arc<Metrics>,
+) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < WRITE_BATCH_MAX {
+            match rx.try_recv() {
+                Ok(w) => batch.push(w),
+                Err(_) => break,
+            }
+        }
+        let started = tokio::time::Instant::now();
+        let outcome = match apply_batch(&client, &node, &namespace, &batch).await {
+            Ok(()) => Outcome::Done,
+            Err(e) => {
+                metrics.inc(&metrics.write_errors);
+                warn!(error = %e, changes = batch.len(), "writing labels and ConfigMap failed; the core retries");
+                Outcome::Failed(e)
+            }
+        };
+        debug!(changes = batch.len(), "wrote a batch");
+        for w in &batch {
+            if tx.send(Input::EffectDone { id: w.id(), outcome: outcome.clone() }).await.is_err() {
+                return;
+            }
+        }
+        tokio::time::sleep_until(started + WRITE_INTERVAL_MIN).await;
+    }
+}
+
+async fn apply_batch(client: &Client, node: &str, namespace: &str, batch: &[Write]) -> Result<(), String> {
+    // Labels: last change per key wins; one merge patch of our own Node (null removes).
+    let mut labels: BTreeMap<&str, Option<&str>> = BTreeMap::new();
+    for w in batch {
+        match w {
+            Write::Publish { label_key, label: Some(s), .. } => {
+                labels.insert(label_key, Some(s.as_str()));
+            }
+            Write::Unpublish { label_key, remove_label: true, .. } | Write::OrphanLabel { label_key, .. } => {
+                labels.insert(label_key, None);
+            }
+            _ => {}
+        }
+    }
+    debug_assert!(labels.keys().all(|k| wire::is_model_label(k)), "only models.ome.io/ labels");
+    if !labels.is_empty() {
+        let nodes: Api<Node> = Api::all(client.clone());
+        let patch = serde_json::json!({"metadata": {"labels": labels}});
+        match nodes.patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.is_not_found() => return Err(format!("node {node} not found")),
+            Err(e) => return Err(format!("patching node {node} labels: {e}")),
+        }
+    }
+    if batch.iter().any(|w| !matches!(w, Write::OrphanLabel { .. })) {
+        write_configmap(client, node, namespace, batch).await?;
+    }
+    Ok(())
+}
+
+fn entry_uid(value: &str) -> Result<Option<String>, String> {
+    ModelEntry::from_json(value).map(|e| e.uid)
+}
+
+/// Read-modify-write of this node's ConfigMap with its resourceVersion: a conflict re-reads and
+/// re-applies only this batch's changes (never a merge of a stale snapshot).
+async fn write_configmap(client: &Client, node: &str, namespace: &str, batch: &[Write]) -> Result<(), String> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let identity = wire::configmap_identity(node);
+    for _attempt in 0..CONFIGMAP_ATTEMPTS_MAX {
+        let current =
+            api.get_opt(&identity.name).await.map_err(|e| format!("GET configmap {namespace}/{node}: {e}"))?;
+        let exists = current.is_some();
+        let mut cm = current.unwrap_or_default();
+        let mut changed = false;
+        let data = cm.data.get_or_insert_with(Default::default);
+        for w in batch {
+            match w {
+                Write::Publish { cm_key, entry, .. } => {
+                    if data.get(cm_key) != Some(entry) {
+                        data.insert(cm_key.clone(), entry.clone());
+                        changed = true;
+                    }
+                }
+                Write::Unpublish { cm_key, uid, .. } => {
+                    // Only an entry of this uid (or one written without a uid, or unreadable).
+                    let ours = data
+                        .get(cm_key)
+                        .is_some_and(|v| entry_uid(v).map_or(true, |u| u.as_deref().is_none_or(|u| u == uid)));
+                    if ours {
+                        data.remove(cm_key);
+                        changed = true;
+                    }
+                }
+                Write::OrphanEntry { cm_key, uid, .. } => {
+                    let same = data.get(cm_key).is_some_and(|v| entry_uid(v).is_ok_and(|u| u == *uid));
+                    if same {
+                        data.remove(cm_key);
+                        changed = true;
+                    }
+                }
+                Write::OrphanLabel { .. } => {}
+            }
+        }
+        // OME's identity labels and annotations, restored if someone removed them (upstream's
+        // self-heal recreated the ConfigMap without them and the controller lost the node).
+        let md = &mut cm.metadata;
+        for (k, v) in &identity.labels {
+            if md.labels.get_or_insert_with(Default::default).get(k) != Some(v) {
+                md.labels.as_mut().expect("set").insert(k.clone(), v.clone());
+                changed = true;
+            }
+        }
+        for (k, v) in &identity.annotations {
+            if md.annotations.get_or_insert_with(Default::default).get(k) != Some(v) {
+                md.annotations.as_mut().expect("set").insert(k.clone(), v.clone());
+                changed = true;
+            }
+        }
+        if !changed {
+            return Ok(());
+        }
+        let result = if exists {
+            api.replace(&identity.name, &PostParams::default(), &cm).await
+        } else {
+            md.name = Some(identity.name.clone());
+            md.namespace = Some(namespace.to_string());
+            api.create(&PostParams::default(), &cm).await
+        };
+        match result {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.is_conflict() || s.code == 409 => {
+                debug!("configmap conflict; re-reading");
+                continue;
+            }
+            Err(e) => return Err(format!("writing configmap {namespace}/{node}: {e}")),
+        }
+    }
+    Err(format!("configmap {namespace}/{node}: still conflicting after {CONFIGMAP_ATTEMPTS_MAX} attempts"))
+}
+
+/// What is on the node and in its ConfigMap now (API part of a drift snapshot).
+pub async fn snapshot_api(client: &Client, node: &str, namespace: &str) -> Result<DriftSnapshot, String> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let n = nodes.get(node).await.map_err(|e| format!("GET node {node}: {e}"))?;
+    let labels = n.metadata.labels.unwrap_or_default().into_iter().filter(|(k, _)| wire::is_model_label(k)).collect();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let cm = cms.get_opt(node).await.map_err(|e| format!("GET configmap {namespace}/{node}: {e}"))?;
+    let entries = cm
+        .and_then(|c| c.data)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| {
+            let view = match ModelEntry::from_json(&v) {
+                Ok(e) => EntryView { status: Some(e.status), uid: e.uid },
+                Err(_) => EntryView { status: None, uid: None },
+            };
+            (k, view)
+        })
+        .collect();
+    Ok(DriftSnapshot { labels, entries, owned_dirs: vec![], trash: vec![] })
+}
+
+pub fn log_startup(node: &str, namespace: &str) {
+    info!(node, namespace, "watching BaseModels (all namespaces), ClusterBaseModels and this node");
+}
