@@ -182,11 +182,14 @@ impl Drop for Agent {
     }
 }
 
+/// Removed ConfigMap entries: (key, the uid the entry carried).
+type EntryRemovals = Vec<(String, Option<String>)>;
+
 /// Records every change of this node's model labels and of its ConfigMap entries.
 struct Recorder {
     children: Vec<Child>,
     label_removals: Arc<Mutex<Vec<String>>>,
-    entry_removals: Arc<Mutex<Vec<(String, Option<String>)>>>,
+    entry_removals: Arc<Mutex<EntryRemovals>>,
 }
 
 impl Recorder {
@@ -237,7 +240,7 @@ impl Recorder {
         Recorder { children: vec![nodes, cms], label_removals, entry_removals }
     }
 
-    fn finish(mut self) -> (Vec<String>, Vec<(String, Option<String>)>) {
+    fn finish(mut self) -> (Vec<String>, EntryRemovals) {
         std::thread::sleep(Duration::from_secs(1));
         for c in &mut self.children {
             let _ = c.kill();
