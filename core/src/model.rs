@@ -230,7 +230,9 @@ pub struct ModelSpec {
     pub uri: Result<StorageUri, String>,
     /// `spec.storage.path`; `None` and `Some("")` both mean "derive from the models root".
     pub path: Option<String>,
-    pub node_selector: BTreeMap<String, String>,
+    /// `nodeSelector` pairs, sorted by key. A small sorted list, not a map: a B-tree leaf costs
+    /// about 540 bytes per model for what is usually one pair (see README, memory).
+    pub node_selector: Vec<(String, String)>,
     /// Required node-affinity terms (ORed); empty means no constraint.
     pub required_terms: Vec<NodeSelectorTerm>,
     pub secret_key: Option<String>,
@@ -334,7 +336,7 @@ impl ModelSpec {
             uri,
             storage_uri,
             path: storage.path,
-            node_selector: storage.node_selector,
+            node_selector: storage.node_selector.into_iter().collect(),
             required_terms,
             secret_key: storage.key,
             parameters: storage.parameters.unwrap_or_default(),
@@ -352,7 +354,7 @@ impl ModelSpec {
             storage_uri: storage_uri.to_string(),
             uri: StorageUri::parse(storage_uri).map_err(|e| e.to_string()),
             path: path.map(str::to_string),
-            node_selector: BTreeMap::new(),
+            node_selector: Vec::new(),
             required_terms: Vec::new(),
             secret_key: None,
             parameters: BTreeMap::new(),
@@ -413,7 +415,7 @@ mod tests {
         assert!(spec.reserve_artifact);
         assert!(spec.skip_config_parsing);
         assert_eq!(spec.path.as_deref(), Some("/mnt/models/llama"));
-        assert_eq!(spec.node_selector.get("gpu").map(String::as_str), Some("h100"));
+        assert_eq!(spec.node_selector, vec![("gpu".to_string(), "h100".to_string())]);
         assert_eq!(spec.required_terms.len(), 1);
         assert_eq!(spec.required_terms[0].match_expressions[0], requirement("zone", "In", &["a", "b"]));
         assert_eq!(spec.download_policy, DownloadPolicy::ReuseIfExists);

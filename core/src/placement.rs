@@ -166,8 +166,8 @@ mod tests {
     #[test]
     fn node_selector_needs_every_pair() {
         let mut s = ModelSpec::simple("hf://a/b", None);
-        s.node_selector.insert("gpu".into(), "h100".into());
-        s.node_selector.insert("zone".into(), "a".into());
+        s.node_selector.push(("gpu".into(), "h100".into()));
+        s.node_selector.push(("zone".into(), "a".into()));
         assert!(placement(&s, &node(&[("gpu", "h100"), ("zone", "a")])).is_eligible());
         let p = placement(&s, &node(&[("gpu", "h100"), ("zone", "b")]));
         assert_eq!(p, Placement::NotEligible("nodeSelector zone=a: node has zone=b".into()));

@@ -103,7 +103,7 @@ fn spec(name: usize, uri: u8, gpu_only: bool) -> ModelSpec {
         _ => ModelSpec::simple("oci://n/ns/b/bucket/o/weights", Some("")),
     };
     if gpu_only {
-        s.node_selector.insert("gpu".into(), "true".into());
+        s.node_selector.push(("gpu".into(), "true".into()));
     }
     s
 }

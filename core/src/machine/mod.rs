@@ -521,7 +521,7 @@ impl State {
                                 if let Plan::Download { dest, .. } = &plan {
                                     inc.owned_dir = dest.beneath_root.clone();
                                 }
-                                inc.fetched = Fetched::Done { plan };
+                                inc.fetched = Fetched::Done { plan: Box::new(plan) };
                             }
                             IncOp::Trash { name } => {
                                 inc.owned_dir = None;
@@ -540,8 +540,11 @@ impl State {
                             &mut self.prng,
                         );
                         inc.failures = inc.failures.saturating_add(1);
-                        inc.fetched =
-                            Fetched::Failed { plan, reason: Arc::from(reason.as_str()), retry_at: now.plus_ms(delay) };
+                        inc.fetched = Fetched::Failed {
+                            plan: Box::new(plan),
+                            reason: Arc::from(reason.as_str()),
+                            retry_at: now.plus_ms(delay),
+                        };
                         let note = Note::ModelFailed { key, uid, reason };
                         st.out.push(self.note(note));
                     }
@@ -642,7 +645,7 @@ impl State {
                         st.dirty.push(key.clone());
                     }
                     // Ready, but the weights are gone from disk: fetch again (#834's drift).
-                    (None, Fetched::Done { plan: Plan::Download { .. } }) => {
+                    (None, Fetched::Done { plan }) if matches!(**plan, Plan::Download { .. }) => {
                         inc.owned_dir = None;
                         inc.fetched = Fetched::No;
                         st.dirty.push(key.clone());

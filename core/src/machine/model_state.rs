@@ -58,8 +58,15 @@ pub enum Published {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Fetched {
     No,
-    Done { plan: Plan },
-    Failed { plan: Plan, reason: Arc<str>, retry_at: Instant },
+    /// Boxed: most incarnations never fetch, and every one carries this field.
+    Done {
+        plan: Box<Plan>,
+    },
+    Failed {
+        plan: Box<Plan>,
+        reason: Arc<str>,
+        retry_at: Instant,
+    },
 }
 
 /// How the weights are made available; a changed plan (new URI or path) fetches again.
@@ -367,8 +374,8 @@ pub fn next_op(
         Want::Failed(reason) => publish(ModelStatus::Failed, Some(reason)),
         Want::Ready => publish(ModelStatus::Ready, None),
         Want::Fetch(plan) => match &inc.fetched {
-            Fetched::Done { plan: done } if done == plan => publish(ModelStatus::Ready, None),
-            Fetched::Failed { plan: failed, reason, .. } if failed == plan => {
+            Fetched::Done { plan: done } if **done == *plan => publish(ModelStatus::Ready, None),
+            Fetched::Failed { plan: failed, reason, .. } if **failed == *plan => {
                 publish(ModelStatus::Failed, Some(reason))
             }
             _ => {

@@ -1,0 +1,54 @@
+//! Bytes and allocations the core keeps per model: 10,000 ClusterBaseModels listed, none placed
+//! on this node (the shape of `scripts/bench-agent`'s 10,000-model memory figure).
+//! `cargo run --release --example memory -p model-agent-core`
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+struct Counting;
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static COUNT: AtomicUsize = AtomicUsize::new(0);
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size(), Ordering::Relaxed);
+        COUNT.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
+        COUNT.fetch_sub(1, Ordering::Relaxed);
+        unsafe { System.dealloc(p, l) }
+    }
+}
+#[global_allocator]
+static A: Counting = Counting;
+use model_agent_core::machine::{Input, WatchEvent};
+use model_agent_core::*;
+fn main() {
+    let mut s = State::new(Config::new("n", "/mnt/models"));
+    s.handle(
+        Instant(0),
+        Input::NodeObserved(model_agent_core::placement::NodeView { name: "n".into(), labels: Default::default() }),
+    );
+    let before = (LIVE.load(Ordering::Relaxed), COUNT.load(Ordering::Relaxed));
+    s.handle(Instant(0), Input::Watch { kind: Kind::ClusterBaseModel, event: WatchEvent::RelistStarted });
+    for i in 0..10_000 {
+        let mut spec = ModelSpec::simple("local:///tmp/model-agent-bench.XXXXXX/share", None);
+        spec.node_selector.push(("bench".into(), "no".into()));
+        let o = ModelObject {
+            key: ModelKey::cluster(&format!("bench-{i:05}")),
+            uid: Uid::new("0a1b2c3d-1234-5678-9abc-def012345678"),
+            resource_version: Arc::from("123456"),
+            deleting: false,
+            spec: Ok(Arc::new(spec)),
+        };
+        s.handle(Instant(0), Input::Watch { kind: Kind::ClusterBaseModel, event: WatchEvent::RelistItem(o) });
+    }
+    let after = (LIVE.load(Ordering::Relaxed), COUNT.load(Ordering::Relaxed));
+    println!(
+        "10k unplaced models: {} bytes live ({} per model), {} allocations ({} per model)",
+        after.0 - before.0,
+        (after.0 - before.0) / 10_000,
+        after.1 - before.1,
+        (after.1 - before.1) / 10_000
+    );
+}
