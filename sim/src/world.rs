@@ -358,30 +358,20 @@ impl World {
         match &effect.op {
             Op::LiveGet { key } => {
                 self.counters.api_get += 1;
-                self.mark(node, MarkKind::Read);
-                if self.prng.up_to(999) < self.read_timeout_permille {
-                    return None;
-                }
-                let result = if down || self.api.reads_fail {
-                    ReadResult::Failed("503 Service Unavailable".into())
-                } else {
-                    match self.api.get(key) {
+                let result = match self.read_fault(node)? {
+                    Some(reason) => ReadResult::Failed(reason),
+                    None => match self.api.get(key) {
                         Some(obj) => ReadResult::Found(obj),
                         None => ReadResult::NotFound,
-                    }
+                    },
                 };
                 Some(Input::LiveRead { id, result })
             }
             Op::LiveList { kind } => {
                 self.counters.api_list += 1;
-                self.mark(node, MarkKind::Read);
-                if self.prng.up_to(999) < self.read_timeout_permille {
-                    return None;
-                }
-                let result = if down || self.api.reads_fail {
-                    ListResult::Failed("503 Service Unavailable".into())
-                } else {
-                    ListResult::Listed(self.api.list(*kind, None))
+                let result = match self.read_fault(node)? {
+                    Some(reason) => ListResult::Failed(reason),
+                    None => ListResult::Listed(self.api.list(*kind, None)),
                 };
                 Some(Input::LiveList { id, result })
             }
@@ -516,6 +506,17 @@ impl World {
             }
             Op::Note(_) => None,
         }
+    }
+
+    /// The faults a live read meets: `None` when it never answers (the core's deadline must
+    /// catch it), `Some(Some(reason))` when it fails, `Some(None)` when the server answers.
+    fn read_fault(&mut self, node: usize) -> Option<Option<String>> {
+        self.mark(node, MarkKind::Read);
+        if self.prng.up_to(999) < self.read_timeout_permille {
+            return None;
+        }
+        let failing = self.api.down || self.api.reads_fail;
+        Some(failing.then(|| "503 Service Unavailable".to_string()))
     }
 
     fn check_label_scope(&mut self, node: usize, label_key: &str) {

@@ -533,13 +533,7 @@ impl State {
                     }
                     (Outcome::Failed(reason), IncOp::Fetch { plan }) => {
                         // The model is Failed on this node (published next), and fetched again later.
-                        let delay = backoff_ms(
-                            inc.failures,
-                            config.retry_delay_ms_min,
-                            config.retry_delay_ms_max,
-                            &mut self.prng,
-                        );
-                        inc.failures = inc.failures.saturating_add(1);
+                        let delay = inc.failed_once(&config, &mut self.prng);
                         inc.fetched = Fetched::Failed {
                             plan: Box::new(plan),
                             reason: Arc::from(reason.as_str()),
@@ -549,13 +543,7 @@ impl State {
                         st.out.push(self.note(note));
                     }
                     (Outcome::Failed(reason), _) => {
-                        let delay = backoff_ms(
-                            inc.failures,
-                            config.retry_delay_ms_min,
-                            config.retry_delay_ms_max,
-                            &mut self.prng,
-                        );
-                        inc.failures = inc.failures.saturating_add(1);
+                        let delay = inc.failed_once(&config, &mut self.prng);
                         inc.blocked_until = Some(now.plus_ms(delay));
                         self.stats.effects_failed += 1;
                         st.out.push(self.note(Note::EffectFailed { id, reason, retry_in_ms: delay }));

@@ -126,6 +126,13 @@ impl Incarnation {
         self.obj = obj;
     }
 
+    /// Count one more failed effect; the backoff delay before the next attempt.
+    pub fn failed_once(&mut self, config: &super::io::Config, prng: &mut crate::prng::Prng) -> u64 {
+        let delay = crate::prng::backoff_ms(self.failures, config.retry_delay_ms_min, config.retry_delay_ms_max, prng);
+        self.failures = self.failures.saturating_add(1);
+        delay
+    }
+
     pub fn uid(&self) -> &Uid {
         &self.obj.uid
     }
