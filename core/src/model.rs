@@ -63,13 +63,19 @@ pub struct ModelKey {
     pub name: Arc<str>,
 }
 
+/// One shared empty namespace for every cluster-scoped key, not an allocation each.
+fn empty() -> Arc<str> {
+    thread_local! { static EMPTY: Arc<str> = Arc::from(""); }
+    EMPTY.with(Arc::clone)
+}
+
 fn str_is_empty(s: &Arc<str>) -> bool {
     s.is_empty()
 }
 
 impl ModelKey {
     pub fn cluster(name: &str) -> Self {
-        ModelKey { kind: Kind::ClusterBaseModel, namespace: Arc::from(""), name: Arc::from(name) }
+        ModelKey { kind: Kind::ClusterBaseModel, namespace: empty(), name: Arc::from(name) }
     }
 
     pub fn namespaced(namespace: &str, name: &str) -> Self {
@@ -239,8 +245,8 @@ pub struct ModelSpec {
     pub parameters: BTreeMap<String, String>,
     pub download_policy: DownloadPolicy,
     pub model_format: Option<String>,
-    /// `additionalMetadata.type`, default `Serving`.
-    pub model_type: String,
+    /// `additionalMetadata.type` when it is not the default `Serving` (see `model_type()`).
+    pub model_type_other: Option<String>,
     /// Label `models.ome/reserve-model-artifact=true`: the agent never moves the weights.
     pub reserve_artifact: bool,
     /// Annotation `ome.oracle.com/skip-config-parsing=true`.
@@ -331,7 +337,7 @@ impl ModelSpec {
             .map(|s| s.node_selector_terms)
             .unwrap_or_default();
         let uri = StorageUri::parse(&storage_uri).map_err(|e| e.to_string());
-        let model_type = spec.additional_metadata.get("type").cloned().unwrap_or_else(|| "Serving".to_string());
+        let model_type_other = spec.additional_metadata.get("type").filter(|t| *t != "Serving").cloned();
         Ok(ModelSpec {
             uri,
             storage_uri,
@@ -342,10 +348,15 @@ impl ModelSpec {
             parameters: storage.parameters.unwrap_or_default(),
             download_policy: storage.download_policy.unwrap_or_default(),
             model_format: spec.model_format.map(|f| f.name),
-            model_type,
+            model_type_other,
             reserve_artifact,
             skip_config_parsing,
         })
+    }
+
+    /// `additionalMetadata.type`, default `Serving`.
+    pub fn model_type(&self) -> &str {
+        self.model_type_other.as_deref().unwrap_or("Serving")
     }
 
     /// A spec for tests and the simulator: storage URI and path, no selectors.
@@ -360,7 +371,7 @@ impl ModelSpec {
             parameters: BTreeMap::new(),
             download_policy: DownloadPolicy::AlwaysDownload,
             model_format: None,
-            model_type: "Serving".to_string(),
+            model_type_other: None,
             reserve_artifact: false,
             skip_config_parsing: false,
         }
@@ -422,7 +433,7 @@ mod tests {
         assert_eq!(spec.secret_key.as_deref(), Some("hf-token"));
         assert_eq!(spec.parameters.get("secretKey").map(String::as_str), Some("tok"));
         assert_eq!(spec.model_format.as_deref(), Some("safetensors"));
-        assert_eq!(spec.model_type, "Training");
+        assert_eq!(spec.model_type(), "Training");
         assert!(matches!(spec.uri, Ok(StorageUri::HuggingFace { ref revision, .. }) if revision == "v2"));
     }
 
@@ -434,7 +445,7 @@ mod tests {
         let m = ModelObject::from_json(Kind::BaseModel, &obj).unwrap();
         assert_eq!(m.key, ModelKey::namespaced("team", "m"));
         assert!(m.deleting);
-        assert_eq!(m.spec().unwrap().model_type, "Serving");
+        assert_eq!(m.spec().unwrap().model_type(), "Serving");
         assert_eq!(m.spec().unwrap().path, None);
     }
 

@@ -48,6 +48,8 @@ const INPUT_QUEUE_MAX: usize = 10_000;
 const LOOP_WAKE_MS_MAX: u64 = 1_000;
 /// In-flight work is given this long after SIGTERM; the process exits well within 30 s.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+/// Threads for blocking filesystem work at most.
+const BLOCKING_THREADS_MAX: usize = 4;
 /// Concurrent live reads at most.
 const LIVE_READS_CONCURRENT_MAX: usize = 8;
 
@@ -138,7 +140,12 @@ fn main() -> ExitCode {
     } else {
         tracing_subscriber::fmt().with_env_filter(filter).init();
     }
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
+    // Few blocking threads (filesystem work): each one can hold a malloc arena of its own.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .max_blocking_threads(BLOCKING_THREADS_MAX)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
     match runtime.block_on(run(cli, node_name)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
