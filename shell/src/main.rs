@@ -247,8 +247,10 @@ async fn run(cli: Cli, node_name: String) -> Result<(), String> {
         fetches: Arc::new(tokio::sync::Semaphore::new(cli.fetch_workers.max(1))),
     };
 
-    let mut sigterm =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
+    // Persistent streams: a signal that arrives while the loop is busy is not lost.
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
     let mut shutdown_at: Option<tokio::time::Instant> = None;
     let mut last_status = tokio::time::Instant::now() - Duration::from_secs(10);
     loop {
@@ -258,7 +260,7 @@ async fn run(cli: Cli, node_name: String) -> Result<(), String> {
         let input = tokio::select! {
             biased;
             _ = sigterm.recv(), if shutdown_at.is_none() => Some(Input::Shutdown),
-            _ = tokio::signal::ctrl_c(), if shutdown_at.is_none() => Some(Input::Shutdown),
+            _ = sigint.recv(), if shutdown_at.is_none() => Some(Input::Shutdown),
             received = in_rx.recv() => received,
             _ = tokio::time::sleep(Duration::from_millis(wake_ms)) => Some(Input::Tick),
         };
