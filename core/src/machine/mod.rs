@@ -1234,21 +1234,20 @@ fn reindex_slot(sync: &mut KindSync, key: &ModelKey, slot: Option<&mut Slot>) {
     };
     let pending = slot.all().any(Incarnation::is_pending);
     let due = slot.all().any(Incarnation::read_due);
-    if pending != slot.indexed_pending {
-        slot.indexed_pending = pending;
-        if pending {
-            sync.pending.insert(key.clone())
-        } else {
-            sync.pending.remove(key)
-        };
+    set_membership(&mut sync.pending, key, &mut slot.indexed_pending, pending);
+    set_membership(&mut sync.due, key, &mut slot.indexed_due, due);
+}
+
+/// Make `key`'s membership of `set` equal `member`, touching the set only on a change.
+fn set_membership(set: &mut Set<ModelKey>, key: &ModelKey, indexed: &mut bool, member: bool) {
+    if member == *indexed {
+        return;
     }
-    if due != slot.indexed_due {
-        slot.indexed_due = due;
-        if due {
-            sync.due.insert(key.clone())
-        } else {
-            sync.due.remove(key)
-        };
+    *indexed = member;
+    if member {
+        set.insert(key.clone());
+    } else {
+        set.remove(key);
     }
 }
 
