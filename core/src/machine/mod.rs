@@ -452,18 +452,17 @@ impl State {
             }
         }
         self.stats.candidates += normalize(slot, st.now);
+        // A uid this node never saw is the live object now: adopt it (below, once the slot is
+        // released).
+        let adopt = found.filter(|obj| !obj.deleting && slot.all().all(|i| i.uid() != &obj.uid && i.is_confirmed()));
         st.dirty.push(key.clone());
         for (uid, cause) in suppressed {
             self.stats.phantom_deletes_suppressed += 1;
             st.out.push(self.note(Note::PhantomSuppressed { key: key.clone(), uid, cause }));
         }
         self.note_confirmed(st, confirmed);
-        // A uid this node never saw is the live object now: adopt it.
-        if let Some(obj) = found
-            && !obj.deleting
-            && self.slots.get(key).is_some_and(|s| s.all().all(|i| i.uid() != &obj.uid && i.is_confirmed()))
-        {
-            self.on_object(st, (*obj).clone());
+        if let Some(obj) = adopt {
+            self.on_object(st, Arc::unwrap_or_clone(obj));
         }
     }
 
@@ -813,8 +812,7 @@ impl State {
         dirty.sort_unstable();
         dirty.dedup();
         for key in &dirty {
-            self.check_placement_exit(st, key);
-            self.reindex(key);
+            self.prepare_key(st.now, key);
         }
         let mut touched = self.issue_reads(st);
         touched.extend(dirty);
@@ -827,32 +825,30 @@ impl State {
         debug_assert!(st.dirty.iter().all(|k| touched.binary_search(k).is_ok()));
     }
 
-    /// A model that no longer places here but may have something on the node: re-read it
-    /// before anything is withdrawn.
-    fn check_placement_exit(&mut self, st: &mut Step, key: &ModelKey) {
-        let node = self.node.clone();
-        let Some(inc) = self.slots.get_mut(key).map(Arc::make_mut).and_then(|s| s.current.as_mut()) else { return };
-        if inc.life != Life::Observed {
-            return;
-        }
-        match eligible_now(inc, node.as_deref()) {
-            Some(true) => inc.exit_confirmed = false,
-            Some(false) if !inc.exit_confirmed => {
-                let something_here = !matches!(inc.published, Published::Nothing | Published::Unknown)
-                    || inc.owned_dir.is_some()
-                    || inc.inflight.is_some();
-                if something_here {
-                    self.make_candidate(st, key, None, Cause::PlacementExit);
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// Keep the per-kind pending/due indexes true for `key`.
-    fn reindex(&mut self, key: &ModelKey) {
+    /// With one lookup: a model that no longer places here but may have something on the node
+    /// is re-read before anything is withdrawn (not a deletion candidate); then the indexes.
+    fn prepare_key(&mut self, now: Instant, key: &ModelKey) {
+        let node = self.node.as_deref();
         let sync = &mut self.kinds[key.kind.index()];
-        reindex_slot(sync, key, self.slots.get_mut(key).map(Arc::make_mut));
+        let Some(slot) = self.slots.get_mut(key).map(Arc::make_mut) else {
+            reindex_slot(sync, key, None);
+            return;
+        };
+        if let Some(inc) = slot.current.as_mut().filter(|i| i.life == Life::Observed) {
+            match eligible_now(inc, node) {
+                Some(true) => inc.exit_confirmed = false,
+                Some(false) if !inc.exit_confirmed => {
+                    let something_here = !matches!(inc.published, Published::Nothing | Published::Unknown)
+                        || inc.owned_dir.is_some()
+                        || inc.inflight.is_some();
+                    if something_here {
+                        inc.life = pending(Cause::PlacementExit, now);
+                    }
+                }
+                _ => {}
+            }
+        }
+        reindex_slot(sync, key, Some(slot));
     }
 
     /// Issue the reads that are due: one LIST per kind when enough keys are due (or one is in
@@ -888,9 +884,7 @@ impl State {
                 }
             }
         }
-        for key in &touched {
-            self.reindex(key);
-        }
+        // Their indexes are brought up to date when each touched key is settled, right after.
         touched
     }
 
