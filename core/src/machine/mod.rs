@@ -300,7 +300,8 @@ impl State {
     /// An object seen alive (watch, relist or live read).
     fn on_object(&mut self, st: &mut Step, obj: ModelObject) {
         // The common steady-state event changes nothing the core uses: no work to do.
-        if let Some(inc) = self.slots.get_mut(&obj.key).map(Arc::make_mut).and_then(|s| s.current.as_mut())
+        // (A read-only look: no copy-on-write path is taken for it.)
+        if let Some(inc) = self.slots.get(&obj.key).and_then(|s| s.current.as_ref())
             && inc.uid() == &obj.uid
             && inc.obj.deleting == obj.deleting
             && inc.obj.spec == obj.spec
