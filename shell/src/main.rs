@@ -319,6 +319,12 @@ async fn run(cli: Cli, node_name: String) -> Result<(), String> {
 
 fn publish_status(state: &State, shared: &http::Shared, metrics: &Metrics, now: Instant) {
     let readiness = state.readiness();
+    let was_ready = shared.readiness.read().expect("readiness lock").ready;
+    // Once ready, and then every minute (relists parse every object again).
+    let minute = now.as_ms() / 60_000 != now.as_ms().saturating_sub(500) / 60_000;
+    if readiness.ready && (!was_ready || minute) {
+        release_freed_memory();
+    }
     let (pending, oldest) = state.pending_confirmations();
     *metrics.core.lock().expect("metrics lock") = CoreGauges {
         stats: state.stats().clone(),
@@ -329,6 +335,17 @@ fn publish_status(state: &State, shared: &http::Shared, metrics: &Metrics, now: 
         ready: readiness.ready,
     };
     *shared.readiness.write().expect("readiness lock") = readiness;
+}
+
+/// The first lists parse every model object in full and keep only a lean copy; glibc keeps the
+/// freed pages. Give them back once the agent is ready and every minute after, so that its
+/// resident size stays near what it holds (see README, memory).
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free heap pages to the OS; it has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// Start executing one effect; its outcome comes back to the core as an input.

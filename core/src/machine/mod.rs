@@ -313,14 +313,7 @@ impl State {
         let now = st.now;
         st.dirty.push(key.clone());
         let slot = Arc::make_mut(self.slots.entry(key.clone()).or_insert_with(|| {
-            Arc::new(Slot {
-                label_key: Arc::from(wire::label_key(&key).as_str()),
-                cm_key: Arc::from(wire::configmap_key(&key).as_str()),
-                current: None,
-                former: Vec::new(),
-                indexed_pending: false,
-                indexed_due: false,
-            })
+            Arc::new(Slot { current: None, former: Vec::new(), indexed_pending: false, indexed_due: false })
         }));
         let mut confirmed = Vec::new();
         if let Some(inc) = slot.find_mut(&obj.uid) {
@@ -591,15 +584,16 @@ impl State {
         // Hash sets with a fixed hasher: this pass is O(models) per node every period.
         let owned_by_uid: FxHashMap<&Uid, &OwnedDir> = snap.owned_dirs.iter().map(|d| (&d.uid, d)).collect();
         let mut known_uids: FxHashSet<Uid> = FxHashSet::default();
-        let mut claimed_labels: FxHashSet<Arc<str>> = FxHashSet::default();
-        let mut claimed_entries: FxHashSet<Arc<str>> = FxHashSet::default();
+        let mut claimed_labels: FxHashSet<String> = FxHashSet::default();
+        let mut claimed_entries: FxHashSet<String> = FxHashSet::default();
         for (key, shared) in self.slots.iter_mut() {
             let slot = Arc::make_mut(shared);
-            claimed_labels.insert(slot.label_key.clone());
-            claimed_entries.insert(slot.cm_key.clone());
-            let label = snap.labels.get(&*slot.label_key).and_then(|v| ModelStatus::parse(v));
-            let label_present = snap.labels.contains_key(&*slot.label_key);
-            let entry = snap.entries.get(&*slot.cm_key);
+            let (label_key, cm_key) = (wire::label_key(key), wire::configmap_key(key));
+            let label = snap.labels.get(&label_key).and_then(|v| ModelStatus::parse(v));
+            let label_present = snap.labels.contains_key(&label_key);
+            let entry = snap.entries.get(&cm_key);
+            claimed_labels.insert(label_key);
+            claimed_entries.insert(cm_key);
             let has_current = slot.current.is_some();
             for (i, inc) in slot.current.iter_mut().chain(slot.former.iter_mut()).enumerate() {
                 known_uids.insert(inc.uid().clone());
@@ -702,9 +696,9 @@ impl State {
             entries.insert(wire::configmap_key(&obj.key));
             uids.insert(obj.uid.clone());
         }
-        for slot in self.slots.values() {
-            labels.insert(slot.label_key.to_string());
-            entries.insert(slot.cm_key.to_string());
+        for (key, slot) in self.slots.iter() {
+            labels.insert(wire::label_key(key));
+            entries.insert(wire::configmap_key(key));
             uids.extend(slot.all().map(|i| i.uid().clone()));
         }
         for label_key in check.labels.iter().filter(|l| !labels.contains(*l)) {
@@ -1118,7 +1112,6 @@ fn drive(
     key: &ModelKey,
     slot: &mut Slot,
 ) {
-    let label_value = env.node.and_then(|n| n.labels.get(&*slot.label_key));
     let mut actions: Vec<(Uid, Op, IncOp)> = Vec::new();
     let mut finished: Vec<Uid> = Vec::new();
     let former_owns_dir =
@@ -1143,10 +1136,9 @@ fn drive(
             label_fenced,
             former_owns_dir: is_current && former_owns_dir,
             predecessor_unsettled: is_current && former_unsettled,
-            label_is_ready: label_value.is_some_and(|v| v == ModelStatus::Ready.as_str()),
         };
         let want = want(inc, &ctx);
-        match next_op(key, slot, inc, &want, &ctx, env.now) {
+        match next_op(key, inc, &want, &ctx, env.now) {
             Some((op, _)) if env.shutting_down && op.is_destructive() => {}
             Some((op, what)) => {
                 former_unsettled |= !is_current;

@@ -10,7 +10,7 @@ use crate::model::{ModelKey, ModelObject, Uid};
 use crate::placement::{NodeView, placement};
 use crate::storage_uri::Provisioning;
 use crate::time::Instant;
-use crate::wire::{ModelEntry, ModelStatus};
+use crate::wire::{self, ModelEntry, ModelStatus};
 
 /// Where an incarnation stands on existence. (A `Suppressed` candidate — a live read found the
 /// same uid alive — goes straight back to `Observed` in the same step; it is counted and noted.)
@@ -196,9 +196,9 @@ fn dest_of(obj: &ModelObject, models_root: &str) -> Result<Option<DestPath>, Str
 
 /// All incarnations that share one name.
 #[derive(Clone, Debug)]
+/// The node label key and ConfigMap key are not kept: they are derived from the name where
+/// needed (publishing, drift), which saves two allocations per model.
 pub struct Slot {
-    pub label_key: Arc<str>,
-    pub cm_key: Arc<str>,
     /// The newest uid seen under this name.
     pub current: Option<Incarnation>,
     /// Older uids: pending confirmation or being cleaned up. Not bounded by a number: each is a
@@ -253,8 +253,6 @@ pub struct Context<'a> {
     /// one), and an earlier effect may still land after a new one: publish nothing that would
     /// overwrite the other's label or entry until it has settled.
     pub predecessor_unsettled: bool,
-    /// The node label for this name reads Ready already.
-    pub label_is_ready: bool,
 }
 
 /// Is the model placed on this node now? `None` when that cannot be known yet.
@@ -321,14 +319,7 @@ pub enum IncOp {
 }
 
 /// The next effect an incarnation needs, if any. Pure.
-pub fn next_op(
-    key: &ModelKey,
-    slot: &Slot,
-    inc: &Incarnation,
-    want: &Want,
-    ctx: &Context,
-    now: Instant,
-) -> Option<(Op, IncOp)> {
+pub fn next_op(key: &ModelKey, inc: &Incarnation, want: &Want, ctx: &Context, now: Instant) -> Option<(Op, IncOp)> {
     let publish = |status: ModelStatus, reason: Option<&str>| -> Option<(Op, IncOp)> {
         let reason: Option<Arc<str>> = reason.map(Arc::from);
         let target = Published::Status { status, reason: reason.clone() };
@@ -343,9 +334,9 @@ pub fn next_op(
         let op = Op::Publish {
             key: key.clone(),
             uid: inc.uid().clone(),
-            label_key: slot.label_key.to_string(),
+            label_key: wire::label_key(key),
             label: Some(status),
-            cm_key: slot.cm_key.to_string(),
+            cm_key: wire::configmap_key(key),
             entry: Box::new(entry),
         };
         Some((op, IncOp::Publish { status, reason }))
@@ -357,9 +348,9 @@ pub fn next_op(
                 let op = Op::Unpublish {
                     key: key.clone(),
                     uid: inc.uid().clone(),
-                    label_key: slot.label_key.to_string(),
+                    label_key: wire::label_key(key),
                     remove_label: !ctx.label_fenced,
-                    cm_key: slot.cm_key.to_string(),
+                    cm_key: wire::configmap_key(key),
                 };
                 return Some((op, IncOp::Unpublish));
             }
@@ -390,7 +381,9 @@ pub fn next_op(
                     inc.published,
                     Published::Status { status: ModelStatus::Updating | ModelStatus::Failed, .. }
                 );
-                let already_ready = inc.published == Published::Unknown && ctx.label_is_ready;
+                // After a restart, a label that already reads Ready is not flipped to Updating.
+                let already_ready = inc.published == Published::Unknown
+                    && ctx.node.and_then(|n| n.labels.get(&wire::label_key(key))).is_some_and(|v| v == "Ready");
                 if !settled && !already_ready {
                     return publish(ModelStatus::Updating, None);
                 }
