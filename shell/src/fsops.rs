@@ -106,6 +106,11 @@ fn split_parent(rel: &str) -> Result<(&str, &str), String> {
 pub fn read_marker(root: &Path, rel: &str) -> Result<Option<Marker>, String> {
     let root_fd = open_root(root)?;
     let dir = open_beneath(&root_fd, rel)?;
+    read_marker_in(&dir, rel)
+}
+
+/// The marker of an already opened directory (`rel` only names it in errors).
+fn read_marker_in(dir: &OwnedFd, rel: &str) -> Result<Option<Marker>, String> {
     let fd = match openat(dir.as_fd(), MARKER, OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty()) {
         Ok(fd) => fd,
         Err(nix::errno::Errno::ENOENT) => return Ok(None),
@@ -166,7 +171,10 @@ pub fn trash_dir(root: &Path, rel: &str, uid: &Uid, trash_name: &str) -> Result<
         }
         Ok(_) => {}
     }
-    match read_marker(root, rel)? {
+    // The marker is read through the same parent fd the rename uses, not a second walk by name.
+    let dir = openat(parent_fd.as_fd(), name, OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty())
+        .map_err(|e| format!("{rel}: {e}"))?;
+    match read_marker_in(&dir, rel)? {
         Some(m) if m.uid == uid.as_str() => {}
         Some(m) => return Err(format!("{rel} belongs to uid {}, not {uid}: left alone", m.uid)),
         None => return Err(format!("{rel} has no ownership marker: left alone")),
