@@ -341,6 +341,7 @@ impl State {
     }
 
     /// The incarnation with `uid` (the current one when `None`) becomes a deletion candidate.
+    /// (Placement exits are marked by `prepare_key` and never counted as candidates.)
     fn make_candidate(&mut self, st: &mut Step, key: &ModelKey, uid: Option<&Uid>, cause: Cause) {
         let Some(slot) = self.slots.get_mut(key).map(Arc::make_mut) else { return };
         let inc = match uid {
@@ -349,10 +350,9 @@ impl State {
         };
         let Some(inc) = inc else { return };
         if inc.life == Life::Observed {
+            debug_assert_ne!(cause, Cause::PlacementExit);
             inc.life = pending(cause, st.now);
-            if cause != Cause::PlacementExit {
-                self.stats.candidates += 1;
-            }
+            self.stats.candidates += 1;
             st.dirty.push(key.clone());
         }
     }
@@ -965,27 +965,11 @@ impl State {
     // ------------------------------------------------------------------------------------------
 
     pub fn incarnations(&self) -> Vec<IncarnationView> {
-        let mut out = Vec::new();
-        for key in sorted(self.slots.keys().cloned().collect()) {
-            let slot = &self.slots[&key];
-            for (i, inc) in slot.current.iter().chain(slot.former.iter()).enumerate() {
-                out.push(IncarnationView {
-                    key: key.clone(),
-                    uid: inc.uid().clone(),
-                    current: i == 0 && slot.current.is_some(),
-                    life: inc.life.clone(),
-                    published: inc.published.clone(),
-                    fetched: inc.fetched.clone(),
-                    owned_dir: inc.owned_dir.clone(),
-                    busy: inc.inflight.is_some(),
-                });
-            }
-        }
-        out
+        sorted(self.slots.keys().cloned().collect()).iter().flat_map(|key| views(key, &self.slots[key])).collect()
     }
 
     pub fn incarnation(&self, key: &ModelKey, uid: &Uid) -> Option<IncarnationView> {
-        self.incarnations().into_iter().find(|v| &v.key == key && &v.uid == uid)
+        views(key, self.slots.get(key)?).find(|v| &v.uid == uid)
     }
 
     pub fn model_count(&self) -> usize {
@@ -1236,6 +1220,20 @@ fn set_membership(set: &mut Set<ModelKey>, key: &ModelKey, indexed: &mut bool, m
     } else {
         set.remove(key);
     }
+}
+
+/// The views of one slot's incarnations, current first.
+fn views<'a>(key: &'a ModelKey, slot: &'a Slot) -> impl Iterator<Item = IncarnationView> + 'a {
+    slot.all().map(move |inc| IncarnationView {
+        key: key.clone(),
+        uid: inc.uid().clone(),
+        current: slot.current.as_ref().is_some_and(|c| c.uid() == inc.uid()),
+        life: inc.life.clone(),
+        published: inc.published.clone(),
+        fetched: inc.fetched.clone(),
+        owned_dir: inc.owned_dir.clone(),
+        busy: inc.inflight.is_some(),
+    })
 }
 
 fn sorted(mut keys: Vec<ModelKey>) -> Vec<ModelKey> {
