@@ -53,6 +53,9 @@ pub struct Api {
     pub rv: u64,
     pub objects: BTreeMap<ModelKey, ApiObject>,
     pub graveyard: Vec<Tomb>,
+    /// uid → name of every live object (the checks look objects up by uid on every destructive
+    /// effect).
+    by_uid: BTreeMap<Uid, ModelKey>,
     /// Per node: its `models.ome.io/` labels.
     pub labels: Vec<BTreeMap<String, String>>,
     /// Per node: its ConfigMap's entries.
@@ -97,6 +100,7 @@ impl Api {
         let obj =
             ApiObject { key: key.clone(), uid, created_rv: self.rv, rv: self.rv, spec, deleting: false, finalizer };
         let model = obj.to_model();
+        self.by_uid.insert(obj.uid.clone(), key.clone());
         self.objects.insert(key, obj);
         Some(Change::Applied(model))
     }
@@ -121,6 +125,7 @@ impl Api {
 
     fn remove(&mut self, key: &ModelKey) -> Option<Change> {
         let mut obj = self.objects.remove(key)?;
+        self.by_uid.remove(&obj.uid);
         self.rv += 1;
         obj.rv = self.rv;
         let model = obj.to_model();
@@ -186,8 +191,8 @@ impl Api {
 
     /// Is an object with this uid alive (not being deleted) and placed on `node`?
     pub fn live_here(&self, uid: &str, node: usize) -> Option<&ApiObject> {
-        let view = self.node_view(node);
-        self.objects.values().find(|o| o.uid.as_str() == uid && !o.deleting && placement(&o.spec, &view).is_eligible())
+        let obj = self.objects.get(self.by_uid.get(&Uid::new(uid))?)?;
+        (!obj.deleting && placement(&obj.spec, &self.node_view(node)).is_eligible()).then_some(obj)
     }
 
     pub fn snapshot(&self, node: usize) -> DriftSnapshot {
