@@ -1,0 +1,161 @@
+//! Drift reconciliation: snapshots of the node compared with the core's records, and the
+//! orphan sweep (what no known model claims, confirmed by fresh LISTs).
+
+use super::*;
+
+/// An orphan check: things on the node no known model claims, waiting for fresh LISTs.
+#[derive(Clone, Debug, Default)]
+pub(super) struct OrphanCheck {
+    pub(super) labels: Vec<String>,
+    pub(super) entries: Vec<(String, Option<String>)>,
+    pub(super) dirs: Vec<OwnedDir>,
+    pub(super) lists: [Option<EffectId>; 2],
+    pub(super) listed: [Option<Arc<Vec<ModelObject>>>; 2],
+}
+
+impl State {
+    // ------------------------------------------------------------------------------------------
+    // Drift
+    // ------------------------------------------------------------------------------------------
+
+    pub(super) fn on_snapshot(&mut self, st: &mut Step, requested_seq: u64, snap: DriftSnapshot) {
+        let now = st.now;
+        // Hash sets with a fixed hasher: this pass is O(models) per node every period.
+        let owned_by_uid: FxHashMap<&Uid, &OwnedDir> = snap.owned_dirs.iter().map(|d| (&d.uid, d)).collect();
+        let mut known_uids: FxHashSet<Uid> = FxHashSet::default();
+        let mut claimed_labels: FxHashSet<String> = FxHashSet::default();
+        let mut claimed_entries: FxHashSet<String> = FxHashSet::default();
+        for (key, shared) in self.slots.iter_mut() {
+            let slot = Arc::make_mut(shared);
+            let (label_key, cm_key) = (wire::label_key(key), wire::configmap_key(key));
+            let label = snap.labels.get(&label_key).and_then(|v| ModelStatus::parse(v));
+            let label_present = snap.labels.contains_key(&label_key);
+            let entry = snap.entries.get(&cm_key);
+            claimed_labels.insert(label_key);
+            claimed_entries.insert(cm_key);
+            let has_current = slot.current.is_some();
+            for (i, inc) in slot.current.iter_mut().chain(slot.former.iter_mut()).enumerate() {
+                known_uids.insert(inc.uid().clone());
+                // Stale for this incarnation: something changed since the snapshot was asked for.
+                if inc.inflight.is_some() || inc.changed_seq > requested_seq {
+                    continue;
+                }
+                let label_is_its = i == 0 || !has_current;
+                let entry_is_its = entry.is_some_and(|e| e.uid.as_deref().is_none_or(|u| u == inc.uid().as_str()));
+                let seen_label = if label_is_its { label_present } else { false };
+                let observed = match (seen_label, entry_is_its) {
+                    (false, false) => Published::Nothing,
+                    (true, true) => {
+                        let entry_status = entry.and_then(|e| e.status);
+                        match (&inc.published, label, entry_status) {
+                            (Published::Status { status, .. }, Some(l), Some(e)) if *status == l && *status == e => {
+                                inc.published.clone()
+                            }
+                            _ => Published::Drifted,
+                        }
+                    }
+                    _ => Published::Drifted,
+                };
+                if observed != inc.published {
+                    inc.published = observed;
+                    st.dirty.push(key.clone());
+                }
+                match (owned_by_uid.get(inc.uid()), &inc.fetched) {
+                    (Some(dir), _) if inc.owned_dir.is_none() => {
+                        inc.owned_dir = Some(dir.path.clone());
+                        st.dirty.push(key.clone());
+                    }
+                    // Ready, but the weights are gone from disk: fetch again (#834's drift).
+                    (None, Fetched::Done { plan }) if matches!(**plan, Plan::Download { .. }) => {
+                        inc.owned_dir = None;
+                        inc.fetched = Fetched::No;
+                        st.dirty.push(key.clone());
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for name in &snap.trash {
+            if !self.trash.contains_key(name) {
+                let purge_at = now.plus_ms(self.config.trash_grace_ms);
+                self.trash.insert(name.clone(), purge_at);
+                self.set_timer(purge_at, TimerKey::Purge(name.clone()));
+            }
+        }
+        // Orphans: what no known model claims. Only fresh LISTs of every kind can make them
+        // removable; a snapshot alone never removes anything.
+        let check = OrphanCheck {
+            labels: snap
+                .labels
+                .keys()
+                .filter(|l| wire::is_model_label(l) && !claimed_labels.contains(l.as_str()))
+                .cloned()
+                .collect(),
+            entries: snap
+                .entries
+                .iter()
+                .filter(|(k, e)| {
+                    !claimed_entries.contains(k.as_str())
+                        || e.uid.as_ref().is_some_and(|u| !known_uids.contains(&Uid::new(u)))
+                })
+                .map(|(k, e)| (k.clone(), e.uid.clone()))
+                .collect(),
+            dirs: snap.owned_dirs.iter().filter(|d| !known_uids.contains(&d.uid)).cloned().collect(),
+            ..OrphanCheck::default()
+        };
+        let any = !check.labels.is_empty() || !check.entries.is_empty() || !check.dirs.is_empty();
+        if any && !self.shutting_down && self.orphan_check.is_none() {
+            let mut check = check;
+            for kind in Kind::ALL {
+                check.lists[kind.index()] = Some(self.issue_list(st, kind, true));
+            }
+            self.orphan_check = Some(Arc::new(check));
+        }
+    }
+
+    pub(super) fn orphan_list_done(&mut self, st: &mut Step, id: EffectId, kind: Kind, objects: Vec<ModelObject>) {
+        let Some(check) = self.orphan_check.as_mut() else { return };
+        if check.lists[kind.index()] != Some(id) {
+            return;
+        }
+        Arc::make_mut(check).listed[kind.index()] = Some(Arc::new(objects));
+        if check.listed.iter().any(Option::is_none) {
+            return;
+        }
+        let check = self.orphan_check.take().expect("checked above");
+        if self.shutting_down {
+            return;
+        }
+        let listed = check.listed.iter().flatten().flat_map(|v| v.iter());
+        let mut labels = BTreeSet::new();
+        let mut entries = BTreeSet::new();
+        let mut uids = BTreeSet::new();
+        for obj in listed {
+            labels.insert(wire::label_key(&obj.key));
+            entries.insert(wire::configmap_key(&obj.key));
+            uids.insert(obj.uid.clone());
+        }
+        for (key, slot) in self.slots.iter() {
+            labels.insert(wire::label_key(key));
+            entries.insert(wire::configmap_key(key));
+            uids.extend(slot.all().map(|i| i.uid().clone()));
+        }
+        for label_key in check.labels.iter().filter(|l| !labels.contains(*l)) {
+            self.emit(st, Op::RemoveOrphanLabel { label_key: label_key.clone() }, Some(Owner::Orphan));
+        }
+        for (cm_key, uid) in &check.entries {
+            let orphan = match uid {
+                Some(u) => !uids.contains(&Uid::new(u)),
+                None => !entries.contains(cm_key),
+            };
+            if orphan {
+                self.emit(st, Op::RemoveOrphanEntry { cm_key: cm_key.clone(), uid: uid.clone() }, Some(Owner::Orphan));
+            }
+        }
+        for dir in check.dirs.iter().filter(|d| !uids.contains(&d.uid)) {
+            let trash_name = format!("{}-{}", dir.uid, st.now.as_ms());
+            let op = Op::TrashDir { key: None, uid: dir.uid.clone(), path: dir.path.clone(), trash_name };
+            self.emit(st, op, Some(Owner::Orphan));
+        }
+    }
+}

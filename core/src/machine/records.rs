@@ -1,0 +1,226 @@
+//! Per-model records: one `Slot` per name, holding the current incarnation (uid) and earlier
+//! ones still awaiting confirmation or cleanup.
+
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+use super::io::{Cause, Confirmation, EffectId};
+use crate::dest_path::{DestPath, dest_path};
+use crate::model::{ModelObject, Uid};
+use crate::time::Instant;
+use crate::wire::ModelStatus;
+
+/// Where an incarnation stands on existence. (A `Suppressed` candidate — a live read found the
+/// same uid alive — goes straight back to `Observed` in the same step; it is counted and noted.)
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Life {
+    Observed,
+    PendingConfirm {
+        cause: Cause,
+        attempt: u32,
+        since: Instant,
+        read: ReadState,
+    },
+    /// Gone for good (uids are never reused): cleanup runs, then the record is dropped.
+    Confirmed {
+        confirmation: Confirmation,
+    },
+}
+
+/// The live read of a pending incarnation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReadState {
+    /// To be read now (a GET, or part of a LIST).
+    Due,
+    /// Backing off after a failed read.
+    Waiting { at: Instant },
+    /// Answered only by the read with this id: a read issued before the candidate never answers it.
+    InFlight { id: EffectId },
+}
+
+/// What this agent believes is on the wire (node label and ConfigMap entry) for an incarnation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Published {
+    /// Not known yet (after a start, before the first snapshot).
+    Unknown,
+    Nothing,
+    Status {
+        status: ModelStatus,
+        reason: Option<Arc<str>>,
+    },
+    /// Something is there that is not what the agent wrote (a snapshot disagreed).
+    Drifted,
+}
+
+/// The fetch (verify or download) of the weights.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Fetched {
+    No,
+    /// Boxed: most incarnations never fetch, and every one carries this field.
+    Done {
+        plan: Box<Plan>,
+    },
+    Failed {
+        plan: Box<Plan>,
+        reason: Arc<str>,
+        retry_at: Instant,
+    },
+}
+
+/// How the weights are made available; a changed plan (new URI or path) fetches again.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Plan {
+    Verify { path: String },
+    Download { storage_uri: String, dest: DestPath },
+}
+
+/// One object incarnation (one uid) and its progress on this node.
+#[derive(Clone, Debug)]
+pub struct Incarnation {
+    pub obj: Arc<ModelObject>,
+    /// `dest_path` of the spec, computed when the spec changes (not on every decision).
+    pub dest: Result<Option<DestPath>, String>,
+    pub life: Life,
+    pub published: Published,
+    pub fetched: Fetched,
+    /// Directory beneath the models root that this agent downloaded for this uid.
+    pub owned_dir: Option<String>,
+    /// A live read confirmed the model no longer places here: withdraw.
+    pub exit_confirmed: bool,
+    pub inflight: Option<EffectId>,
+    /// Consecutive failed effects, for backoff; reset on success.
+    pub failures: u32,
+    pub blocked_until: Option<Instant>,
+    /// Step sequence number of the last effect outcome or of creation: a snapshot requested
+    /// before it is stale for this incarnation (milliseconds cannot order events of one instant).
+    pub changed_seq: u64,
+    /// The instant registered in the timer set for this incarnation.
+    pub timer_at: Option<Instant>,
+}
+
+impl Incarnation {
+    pub fn new(obj: Arc<ModelObject>, seq: u64, models_root: &str) -> Incarnation {
+        Incarnation {
+            dest: dest_of(&obj, models_root),
+            obj,
+            life: Life::Observed,
+            published: Published::Unknown,
+            fetched: Fetched::No,
+            owned_dir: None,
+            exit_confirmed: false,
+            inflight: None,
+            failures: 0,
+            blocked_until: None,
+            changed_seq: seq,
+            timer_at: None,
+        }
+    }
+
+    /// Take a fresher copy of the same object.
+    pub fn set_obj(&mut self, obj: Arc<ModelObject>, models_root: &str) {
+        if obj.spec != self.obj.spec {
+            self.dest = dest_of(&obj, models_root);
+        }
+        self.obj = obj;
+    }
+
+    /// Count one more failed effect; the backoff delay before the next attempt.
+    pub fn failed_once(&mut self, config: &super::io::Config, prng: &mut crate::prng::Prng) -> u64 {
+        let delay = crate::prng::backoff_ms(self.failures, config.retry_delay_ms_min, config.retry_delay_ms_max, prng);
+        self.failures = self.failures.saturating_add(1);
+        delay
+    }
+
+    pub fn uid(&self) -> &Uid {
+        &self.obj.uid
+    }
+
+    pub fn awaits(&self, id: EffectId) -> bool {
+        matches!(self.life, Life::PendingConfirm { read: ReadState::InFlight { id: r }, .. } if r == id)
+    }
+
+    pub fn read_due(&self) -> bool {
+        matches!(self.life, Life::PendingConfirm { read: ReadState::Due, .. })
+    }
+
+    pub fn is_pending(&self) -> bool {
+        matches!(self.life, Life::PendingConfirm { .. })
+    }
+
+    pub fn is_confirmed(&self) -> bool {
+        matches!(self.life, Life::Confirmed { .. })
+    }
+
+    /// Might this incarnation have a label on the node? Conservative: unknown counts as yes.
+    pub fn claims_label(&self) -> bool {
+        !matches!(self.published, Published::Nothing) || self.inflight.is_some()
+    }
+
+    /// The earliest instant this incarnation wants to be woken at.
+    pub fn wake_at(&self) -> Option<Instant> {
+        let read = match self.life {
+            Life::PendingConfirm { read: ReadState::Waiting { at }, .. } => Some(at),
+            _ => None,
+        };
+        let fetch = match self.fetched {
+            Fetched::Failed { retry_at, .. } => Some(retry_at),
+            _ => None,
+        };
+        [read, self.blocked_until, fetch].into_iter().flatten().min()
+    }
+
+    /// Wake: timers that have passed move their state on.
+    pub fn wake(&mut self, now: Instant) {
+        if let Life::PendingConfirm { read: read @ ReadState::Waiting { .. }, .. } = &mut self.life
+            && matches!(read, ReadState::Waiting { at } if *at <= now)
+        {
+            *read = ReadState::Due;
+        }
+        if self.blocked_until.is_some_and(|t| t <= now) {
+            self.blocked_until = None;
+        }
+        if matches!(self.fetched, Fetched::Failed { retry_at, .. } if retry_at <= now) {
+            self.fetched = Fetched::No;
+        }
+    }
+}
+
+fn dest_of(obj: &ModelObject, models_root: &str) -> Result<Option<DestPath>, String> {
+    match obj.spec() {
+        Some(spec) => dest_path(spec, models_root),
+        None => Ok(None),
+    }
+}
+
+/// All incarnations that share one name.
+#[derive(Clone, Debug)]
+/// The node label key and ConfigMap key are not kept: they are derived from the name where
+/// needed (publishing, drift), which saves two allocations per model.
+pub struct Slot {
+    /// The newest uid seen under this name.
+    pub current: Option<Incarnation>,
+    /// Older uids: pending confirmation or being cleaned up. Not bounded by a number: each is a
+    /// distinct object that existed, and each leaves once confirmed and cleaned.
+    pub former: Vec<Incarnation>,
+    /// What the per-kind pending/due indexes hold for this name.
+    pub indexed_pending: bool,
+    pub indexed_due: bool,
+}
+
+impl Slot {
+    pub fn is_empty(&self) -> bool {
+        self.current.is_none() && self.former.is_empty()
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = &Incarnation> {
+        self.current.iter().chain(self.former.iter())
+    }
+
+    pub fn all_mut(&mut self) -> impl Iterator<Item = &mut Incarnation> {
+        self.current.iter_mut().chain(self.former.iter_mut())
+    }
+
+    pub fn find_mut(&mut self, uid: &Uid) -> Option<&mut Incarnation> {
+        self.all_mut().find(|i| i.uid() == uid)
+    }
+}

@@ -1,0 +1,206 @@
+//! Settling a step: placement-exit marks, reads, and the next effect of every touched model.
+
+use super::*;
+
+impl State {
+    // ------------------------------------------------------------------------------------------
+    // Settling a step: re-reads, reads, next effects, timers
+    // ------------------------------------------------------------------------------------------
+
+    pub(super) fn settle(&mut self, st: &mut Step) {
+        let mut dirty = std::mem::take(&mut st.dirty);
+        dirty.sort_unstable();
+        dirty.dedup();
+        for key in &dirty {
+            self.prepare_key(st.now, key);
+        }
+        let mut touched = self.issue_reads(st);
+        touched.extend(dirty);
+        touched.sort();
+        touched.dedup();
+        for key in &touched {
+            self.settle_key(st, key);
+        }
+        // Keys marked while issuing reads were driven above.
+        debug_assert!(st.dirty.iter().all(|k| touched.binary_search(k).is_ok()));
+    }
+
+    /// With one lookup: a model that no longer places here but may have something on the node
+    /// is re-read before anything is withdrawn (not a deletion candidate); then the indexes.
+    pub(super) fn prepare_key(&mut self, now: Instant, key: &ModelKey) {
+        let node = self.node.as_deref();
+        let sync = &mut self.kinds[key.kind.index()];
+        let Some(slot) = self.slots.get_mut(key).map(Arc::make_mut) else {
+            reindex_slot(sync, key, None);
+            return;
+        };
+        if let Some(inc) = slot.current.as_mut().filter(|i| i.life == Life::Observed) {
+            match eligible_now(inc, node) {
+                Some(true) => inc.exit_confirmed = false,
+                Some(false) if !inc.exit_confirmed => {
+                    let something_here = !matches!(inc.published, Published::Nothing | Published::Unknown)
+                        || inc.owned_dir.is_some()
+                        || inc.inflight.is_some();
+                    if something_here {
+                        inc.life = pending(Cause::PlacementExit, now);
+                    }
+                }
+                _ => {}
+            }
+        }
+        reindex_slot(sync, key, Some(slot));
+    }
+
+    /// Drive one touched model with a single map lookup: emit what its incarnations need next,
+    /// sync their timers and the per-kind indexes, and drop the record once it is empty.
+    pub(super) fn settle_key(&mut self, st: &mut Step, key: &ModelKey) {
+        let State { slots, kinds, node, root, config, timers, inflight, effect_id_next, shutting_down, stats, .. } =
+            self;
+        let sync = &mut kinds[key.kind.index()];
+        let Some(shared) = slots.get_mut(key) else {
+            reindex_slot(sync, key, None);
+            return;
+        };
+        let slot = Arc::make_mut(shared);
+        let mut emitter = Emitter { next_id: effect_id_next, inflight, out: &mut st.out };
+        let env =
+            Env { node: node.as_deref(), root: root.as_ref(), config, shutting_down: *shutting_down, now: st.now };
+        drive(&env, &mut emitter, timers, stats, key, slot);
+        sync_timers(timers, key, slot);
+        if slot.is_empty() {
+            reindex_slot(sync, key, None);
+            slots.remove(key);
+        } else {
+            reindex_slot(sync, key, Some(slot));
+        }
+    }
+}
+
+/// The parts of the state a decision about one model reads.
+pub(super) struct Env<'a> {
+    pub(super) node: Option<&'a NodeView>,
+    pub(super) root: Option<&'a RootProbe>,
+    pub(super) config: &'a Config,
+    pub(super) shutting_down: bool,
+    pub(super) now: Instant,
+}
+
+/// Emit the next effect of every incarnation of `key` that is free to act, and drop the
+/// incarnations that are confirmed gone and fully cleaned up.
+pub(super) fn drive(
+    env: &Env,
+    emitter: &mut Emitter,
+    timers: &mut OrdSet<(Instant, TimerKey)>,
+    stats: &mut Stats,
+    key: &ModelKey,
+    slot: &mut Slot,
+) {
+    let mut actions: Vec<(Uid, Op, IncOp)> = Vec::new();
+    let mut finished: Vec<Uid> = Vec::new();
+    let former_owns_dir =
+        slot.former.iter().any(|f| f.owned_dir.is_some() && !f.obj.spec().is_some_and(|s| s.reserve_artifact));
+    // Earlier incarnations first: the current one acts only once none of them is pending, has an
+    // effect in flight, or is given one now.
+    let mut former_unsettled = false;
+    for inc in slot.former.iter().chain(slot.current.iter()) {
+        let is_current = slot.current.as_ref().is_some_and(|c| c.uid() == inc.uid());
+        if !is_current && (inc.is_pending() || inc.inflight.is_some()) {
+            former_unsettled = true;
+        }
+        if inc.inflight.is_some() || inc.blocked_until.is_some_and(|t| t > env.now) {
+            continue;
+        }
+        // Any other incarnation not confirmed gone may be the live one and own the label.
+        let label_fenced = slot.all().any(|o| o.uid() != inc.uid() && !o.is_confirmed() && o.claims_label());
+        let ctx = Context {
+            node: env.node,
+            root: env.root,
+            models_root: &env.config.models_root,
+            label_fenced,
+            former_owns_dir: is_current && former_owns_dir,
+            predecessor_unsettled: is_current && former_unsettled,
+        };
+        let want = want(inc, &ctx);
+        match next_op(key, inc, &want, &ctx, env.now) {
+            Some((op, _)) if env.shutting_down && op.is_destructive() => {}
+            Some((op, what)) => {
+                former_unsettled |= !is_current;
+                actions.push((inc.uid().clone(), op, what));
+            }
+            None if inc.is_confirmed() => finished.push(inc.uid().clone()),
+            None => {}
+        }
+    }
+    for (uid, op, what) in actions {
+        if let IncOp::Publish { status: ModelStatus::Failed, reason } = &what {
+            let reason = reason.as_deref().unwrap_or("Failed").to_string();
+            let note = Note::ModelFailed { key: key.clone(), uid: uid.clone(), reason };
+            emitter.emit(Op::Note(note), None);
+        }
+        let owner = Owner::Inc { key: key.clone(), uid: uid.clone(), what };
+        let id = emitter.emit(op, Some(owner));
+        if let Some(inc) = slot.find_mut(&uid) {
+            inc.inflight = Some(id);
+        }
+    }
+    for uid in &finished {
+        let timer_at = slot.all().find(|i| i.uid() == uid).and_then(|i| i.timer_at);
+        if slot.current.as_ref().is_some_and(|c| c.uid() == uid) {
+            slot.current = None;
+        } else {
+            slot.former.retain(|f| f.uid() != uid);
+        }
+        if let Some(at) = timer_at {
+            timers.remove(&(at, TimerKey::Inc(Arc::new((key.clone(), uid.clone())))));
+        }
+        stats.cleanups_done += 1;
+    }
+    if !finished.is_empty() {
+        stats.candidates += normalize(slot, env.now);
+    }
+}
+
+/// Keep a slot's shape true: an incarnation that is alive and unquestioned (`Observed`) is the
+/// current one. A former found alive by a live read displaces the current; an empty or
+/// confirmed-gone current gives way. A displaced `Observed` current becomes a candidate in turn
+/// (returns how many), since two uids cannot both be alive under one name.
+pub(super) fn normalize(slot: &mut Slot, now: Instant) -> u64 {
+    let Some(pos) = slot.former.iter().position(|f| f.life == Life::Observed) else { return 0 };
+    let revived = slot.former.remove(pos);
+    let mut candidates = 0;
+    if let Some(mut displaced) = slot.current.replace(revived) {
+        if displaced.life == Life::Observed {
+            displaced.life = pending(Cause::UidChanged, now);
+            candidates += 1;
+        }
+        slot.former.push(displaced);
+    }
+    debug_assert!(slot.former.iter().all(|f| f.life != Life::Observed), "one live incarnation per name");
+    candidates
+}
+
+/// The slot remembers what is indexed, so the sets are only touched when membership changes.
+pub(super) fn reindex_slot(sync: &mut KindSync, key: &ModelKey, slot: Option<&mut Slot>) {
+    let Some(slot) = slot else {
+        sync.pending.remove(key);
+        sync.due.remove(key);
+        return;
+    };
+    let pending = slot.all().any(Incarnation::is_pending);
+    let due = slot.all().any(Incarnation::read_due);
+    set_membership(&mut sync.pending, key, &mut slot.indexed_pending, pending);
+    set_membership(&mut sync.due, key, &mut slot.indexed_due, due);
+}
+
+/// Make `key`'s membership of `set` equal `member`, touching the set only on a change.
+pub(super) fn set_membership(set: &mut Set<ModelKey>, key: &ModelKey, indexed: &mut bool, member: bool) {
+    if member == *indexed {
+        return;
+    }
+    *indexed = member;
+    if member {
+        set.insert(key.clone());
+    } else {
+        set.remove(key);
+    }
+}

@@ -1,0 +1,189 @@
+//! The life-cycle tables as pure functions: what an incarnation should look like on this node
+//! (`want`), and the next effect that brings it there (`next_op`).
+
+use std::sync::Arc;
+
+use super::io::{Op, RootProbe};
+use super::records::{Fetched, Incarnation, Life, Plan, Published};
+use crate::model::ModelKey;
+use crate::placement::{NodeView, placement};
+use crate::storage_uri::Provisioning;
+use crate::time::Instant;
+use crate::wire::{self, ModelEntry, ModelStatus};
+
+/// What an incarnation should look like on this node.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Want {
+    /// Leave things as they are (pending, not yet known).
+    Hold,
+    /// Nothing of this uid should remain: label, entry, owned directory.
+    Absent,
+    Failed(String),
+    Ready,
+    Fetch(Plan),
+}
+
+/// What the whole state contributes to one decision.
+pub struct Context<'a> {
+    pub node: Option<&'a NodeView>,
+    pub root: Option<&'a RootProbe>,
+    pub models_root: &'a str,
+    /// Another incarnation of this name, not confirmed gone, claims the node label: keep it.
+    pub label_fenced: bool,
+    /// An earlier incarnation still has a directory to move away first.
+    pub former_owns_dir: bool,
+    /// An earlier incarnation of this name awaits confirmation or has an effect in flight.
+    /// Which uid is the live one may be unknown (a stale list can show an old uid after a new
+    /// one), and an earlier effect may still land after a new one: publish nothing that would
+    /// overwrite the other's label or entry until it has settled.
+    pub predecessor_unsettled: bool,
+}
+
+/// Is the model placed on this node now? `None` when that cannot be known yet.
+pub fn eligible_now(inc: &Incarnation, node: Option<&NodeView>) -> Option<bool> {
+    let node = node?;
+    match inc.obj.spec() {
+        Some(spec) => Some(placement(spec, node).is_eligible()),
+        // A malformed spec is reported Failed everywhere: that is the clear error.
+        None => Some(true),
+    }
+}
+
+pub fn want(inc: &Incarnation, ctx: &Context) -> Want {
+    match inc.life {
+        Life::Confirmed { .. } => return Want::Absent,
+        Life::PendingConfirm { .. } => return Want::Hold,
+        Life::Observed => {}
+    }
+    if ctx.predecessor_unsettled {
+        return Want::Hold;
+    }
+    let Some(node) = ctx.node else { return Want::Hold };
+    let spec = match &inc.obj.spec {
+        Err(reason) => return Want::Failed(format!("invalid model: {reason}")),
+        Ok(spec) => spec,
+    };
+    if !placement(spec, node).is_eligible() {
+        return if inc.exit_confirmed { Want::Absent } else { Want::Hold };
+    }
+    let uri = match &spec.uri {
+        Err(reason) => return Want::Failed(reason.clone()),
+        Ok(uri) => uri,
+    };
+    let dest = match &inc.dest {
+        Err(reason) => return Want::Failed(reason.clone()),
+        Ok(dest) => dest.clone(),
+    };
+    match (uri.provisioning(), dest) {
+        (Provisioning::Nothing, _) => Want::Ready,
+        (Provisioning::NotOnNodes, _) => Want::Hold,
+        (Provisioning::VerifyLocal, Some(dest)) => Want::Fetch(Plan::Verify { path: dest.absolute }),
+        (Provisioning::Download, Some(dest)) => match ctx.root {
+            None => Want::Hold,
+            Some(root) if !root.writable => Want::Failed(read_only_reason(ctx.models_root, root, uri.scheme())),
+            Some(_) if ctx.former_owns_dir => Want::Hold,
+            Some(_) => Want::Fetch(Plan::Download { storage_uri: spec.storage_uri.clone(), dest }),
+        },
+        (_, None) => Want::Failed("no destination path".into()),
+    }
+}
+
+pub fn read_only_reason(models_root: &str, root: &RootProbe, scheme: &str) -> String {
+    let detail = if root.detail.is_empty() { String::new() } else { format!(" ({})", root.detail) };
+    format!("models root {models_root} is read-only{detail}; {scheme}:// models need write access to download")
+}
+
+/// What an effect in flight does for its incarnation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IncOp {
+    Publish { status: ModelStatus, reason: Option<Arc<str>> },
+    Unpublish,
+    Fetch { plan: Plan },
+    Trash { name: String },
+}
+
+/// The next effect an incarnation needs, if any. Pure.
+pub fn next_op(key: &ModelKey, inc: &Incarnation, want: &Want, ctx: &Context, now: Instant) -> Option<(Op, IncOp)> {
+    let publish = |status: ModelStatus, reason: Option<&str>| -> Option<(Op, IncOp)> {
+        let reason: Option<Arc<str>> = reason.map(Arc::from);
+        let target = Published::Status { status, reason: reason.clone() };
+        if inc.published == target {
+            return None;
+        }
+        let entry = ModelEntry {
+            uid: Some(inc.uid().as_str().to_string()),
+            reason: reason.as_deref().map(str::to_string),
+            ..ModelEntry::new(&key.name, status)
+        };
+        let op = Op::Publish {
+            key: key.clone(),
+            uid: inc.uid().clone(),
+            label_key: wire::label_key(key),
+            label: Some(status),
+            cm_key: wire::configmap_key(key),
+            entry: Box::new(entry),
+        };
+        Some((op, IncOp::Publish { status, reason }))
+    };
+    match want {
+        Want::Hold => None,
+        Want::Absent => {
+            if inc.published != Published::Nothing {
+                let op = Op::Unpublish {
+                    key: key.clone(),
+                    uid: inc.uid().clone(),
+                    label_key: wire::label_key(key),
+                    remove_label: !ctx.label_fenced,
+                    cm_key: wire::configmap_key(key),
+                };
+                return Some((op, IncOp::Unpublish));
+            }
+            let reserved = inc.obj.spec().is_some_and(|s| s.reserve_artifact);
+            match &inc.owned_dir {
+                Some(path) if !reserved => {
+                    let name = format!("{}-{}", inc.uid(), now.as_ms());
+                    let op = Op::TrashDir {
+                        key: Some(key.clone()),
+                        uid: inc.uid().clone(),
+                        path: path.clone(),
+                        trash_name: name.clone(),
+                    };
+                    Some((op, IncOp::Trash { name }))
+                }
+                _ => None,
+            }
+        }
+        Want::Failed(reason) => publish(ModelStatus::Failed, Some(reason)),
+        Want::Ready => publish(ModelStatus::Ready, None),
+        Want::Fetch(plan) => match &inc.fetched {
+            Fetched::Done { plan: done } if **done == *plan => publish(ModelStatus::Ready, None),
+            Fetched::Failed { plan: failed, reason, .. } if **failed == *plan => {
+                publish(ModelStatus::Failed, Some(reason))
+            }
+            _ => {
+                let settled = matches!(
+                    inc.published,
+                    Published::Status { status: ModelStatus::Updating | ModelStatus::Failed, .. }
+                );
+                // After a restart, a label that already reads Ready is not flipped to Updating.
+                let already_ready = inc.published == Published::Unknown
+                    && ctx.node.and_then(|n| n.labels.get(&wire::label_key(key))).is_some_and(|v| v == "Ready");
+                if !settled && !already_ready {
+                    return publish(ModelStatus::Updating, None);
+                }
+                let op = match plan {
+                    Plan::Verify { path } => {
+                        Op::VerifyLocal { key: key.clone(), uid: inc.uid().clone(), path: path.clone() }
+                    }
+                    Plan::Download { storage_uri, dest } => Op::Download {
+                        key: key.clone(),
+                        uid: inc.uid().clone(),
+                        storage_uri: storage_uri.clone(),
+                        dest: dest.clone(),
+                    },
+                };
+                Some((op, IncOp::Fetch { plan: plan.clone() }))
+            }
+        },
+    }
+}

@@ -1,0 +1,74 @@
+//! Timers as a table: what each timer key does when it fires.
+
+use super::*;
+
+impl State {
+    // ------------------------------------------------------------------------------------------
+    // Timers
+    // ------------------------------------------------------------------------------------------
+
+    pub(super) fn set_timer(&mut self, at: Instant, key: TimerKey) {
+        self.timers.insert((at, key));
+    }
+
+    pub(super) fn fire_timers(&mut self, st: &mut Step) {
+        while let Some((at, key)) = self.timers.get_min().cloned() {
+            if at > st.now {
+                break;
+            }
+            self.timers.remove(&(at, key.clone()));
+            match key {
+                TimerKey::Inc(id) => {
+                    let (key, uid) = (*id).clone();
+                    if let Some(inc) = self.slots.get_mut(&key).map(Arc::make_mut).and_then(|s| s.find_mut(&uid)) {
+                        inc.timer_at = None;
+                        inc.wake(st.now);
+                        st.dirty.push(key);
+                    }
+                }
+                TimerKey::ReadDeadline(id) => self.read_timed_out(st, id),
+                TimerKey::RootProbe => {
+                    // Any probe answer is news, whichever request it answers: no owner is kept,
+                    // so unanswered probes leave nothing behind.
+                    self.emit(st, Op::ProbeRoot, None);
+                    self.set_timer(st.now.plus_ms(self.config.root_probe_period_ms), TimerKey::RootProbe);
+                }
+                TimerKey::Drift => {
+                    // A snapshot never answered (the API was down) is replaced, not waited for:
+                    // at most one is outstanding.
+                    if let Some(old) = self.snapshot_inflight.take() {
+                        self.inflight.remove(&old);
+                    }
+                    let requested_seq = self.effect_id_next;
+                    let id = self.emit(st, Op::Snapshot, Some(Owner::Snapshot { requested_seq }));
+                    self.snapshot_inflight = Some(id);
+                    let period = self.config.drift_period_ms;
+                    let jitter = self.prng.up_to(period / 10);
+                    self.set_timer(st.now.plus_ms(period - jitter), TimerKey::Drift);
+                }
+                TimerKey::Purge(name) => {
+                    let due = self.trash.get(&name).is_some_and(|t| *t <= st.now);
+                    if due && !self.shutting_down {
+                        self.emit(st, Op::PurgeTrash { name: name.clone() }, Some(Owner::Purge { name }));
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub(super) fn sync_timers(timers: &mut OrdSet<(Instant, TimerKey)>, key: &ModelKey, slot: &mut Slot) {
+    for inc in slot.all_mut() {
+        let want = inc.wake_at();
+        if want == inc.timer_at {
+            continue;
+        }
+        if let Some(at) = inc.timer_at {
+            timers.remove(&(at, TimerKey::Inc(Arc::new((key.clone(), inc.uid().clone())))));
+        }
+        if let Some(at) = want {
+            timers.insert((at, TimerKey::Inc(Arc::new((key.clone(), inc.uid().clone())))));
+        }
+        inc.timer_at = want;
+    }
+}

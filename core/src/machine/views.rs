@@ -1,0 +1,67 @@
+//! Read-only views of the state, for the shell, the simulator, tests and logs.
+
+use super::*;
+
+/// A view of one incarnation, for tests, the simulator and logs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IncarnationView {
+    pub key: ModelKey,
+    pub uid: Uid,
+    pub current: bool,
+    pub life: Life,
+    pub published: Published,
+    pub fetched: Fetched,
+    pub owned_dir: Option<String>,
+    pub busy: bool,
+}
+
+impl State {
+    // ------------------------------------------------------------------------------------------
+    // Views
+    // ------------------------------------------------------------------------------------------
+
+    pub fn incarnations(&self) -> Vec<IncarnationView> {
+        sorted(self.slots.keys().cloned().collect()).iter().flat_map(|key| views(key, &self.slots[key])).collect()
+    }
+
+    pub fn incarnation(&self, key: &ModelKey, uid: &Uid) -> Option<IncarnationView> {
+        views(key, self.slots.get(key)?).find(|v| &v.uid == uid)
+    }
+
+    pub fn model_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Pending confirmations: how many, and since when the oldest waits.
+    pub fn pending_confirmations(&self) -> (usize, Option<Instant>) {
+        let mut count = 0;
+        let mut oldest: Option<Instant> = None;
+        for kind in Kind::ALL {
+            for key in self.kinds[kind.index()].pending.iter() {
+                for inc in self.slots.get(key).into_iter().flat_map(|s| s.all()) {
+                    if let Life::PendingConfirm { since, cause, .. } = inc.life
+                        && cause != Cause::PlacementExit
+                    {
+                        count += 1;
+                        oldest = Some(oldest.map_or(since, |o| o.min(since)));
+                    }
+                }
+            }
+        }
+        (count, oldest)
+    }
+}
+
+/// The views of one slot's incarnations, current first.
+pub(super) fn views<'a>(key: &'a ModelKey, slot: &'a Slot) -> impl Iterator<Item = IncarnationView> + 'a {
+    slot.all().map(move |inc| IncarnationView {
+        key: key.clone(),
+        uid: inc.uid().clone(),
+        current: slot.current.as_ref().is_some_and(|c| c.uid() == inc.uid()),
+        life: inc.life.clone(),
+        published: inc.published.clone(),
+        fetched: inc.fetched.clone(),
+        owned_dir: inc.owned_dir.clone(),
+        busy: inc.inflight.is_some(),
+    })
+}
