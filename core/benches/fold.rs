@@ -44,9 +44,9 @@ struct Driver {
 
 impl Driver {
     fn feed(&mut self, input: Input) {
-        let effects = self.state.handle(Instant(self.now), input);
+        let effects = self.state.handle(Instant(self.now), input).effects;
         self.events += 1;
-        self.outstanding.extend(effects.into_iter().filter(|e| !matches!(e.op, Op::Note(_))));
+        self.outstanding.extend(effects);
     }
 
     fn answer_one(&mut self, objs: &[ModelObject]) -> bool {

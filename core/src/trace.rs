@@ -1,20 +1,30 @@
-//! Traces: every core input with its `now` and the effects the core returned, as JSON lines.
-//! The first line records the configuration (seed included). Replaying the inputs through a
-//! fresh core must give the recorded effects byte for byte.
+//! Traces: every core input with its `now` and the effects and notes the core returned, as JSON
+//! lines. The first line records the configuration (seed included). Replaying the inputs through
+//! a fresh core must give the recorded output byte for byte.
 
 use serde::{Deserialize, Serialize};
 
-use crate::machine::{Config, Effect, Input, State};
+use crate::machine::{Config, Effect, Input, Note, Output, State};
 use crate::time::Instant;
 
-pub const TRACE_VERSION: u32 = 1;
+/// 2: notes are recorded apart from effects.
+pub const TRACE_VERSION: u32 = 2;
 
 /// One line of a trace file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum TraceLine {
-    Header { version: u32, config: Config },
-    Step { now: Instant, input: Input, effects: Vec<Effect> },
+    Header {
+        version: u32,
+        config: Config,
+    },
+    Step {
+        now: Instant,
+        input: Input,
+        effects: Vec<Effect>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        notes: Vec<Note>,
+    },
 }
 
 /// A parsed trace.
@@ -28,7 +38,7 @@ pub struct Trace {
 pub struct TraceStep {
     pub now: Instant,
     pub input: Input,
-    pub effects: Vec<Effect>,
+    pub output: Output,
 }
 
 pub fn header_line(config: &Config) -> String {
@@ -36,7 +46,7 @@ pub fn header_line(config: &Config) -> String {
         .expect("config serialises")
 }
 
-pub fn step_line(now: Instant, input: &Input, effects: &[Effect]) -> String {
+pub fn step_line(now: Instant, input: &Input, output: &Output) -> String {
     // Serialised by reference: recording must not clone the input on the agent's hot path.
     #[derive(Serialize)]
     #[serde(tag = "type", rename = "step")]
@@ -44,8 +54,11 @@ pub fn step_line(now: Instant, input: &Input, effects: &[Effect]) -> String {
         now: Instant,
         input: &'a Input,
         effects: &'a [Effect],
+        #[serde(skip_serializing_if = "<[Note]>::is_empty")]
+        notes: &'a [Note],
     }
-    serde_json::to_string(&StepRef { now, input, effects }).expect("inputs and effects serialise")
+    let line = StepRef { now, input, effects: &output.effects, notes: &output.notes };
+    serde_json::to_string(&line).expect("inputs and effects serialise")
 }
 
 /// Parse a whole trace. Blank lines are skipped; anything else malformed is an error with its
@@ -67,11 +80,11 @@ pub fn parse(text: &str) -> Result<Trace, String> {
                     return Err(format!("line {}: a second header", i + 1));
                 }
             }
-            TraceLine::Step { now, input, effects } => {
+            TraceLine::Step { now, input, effects, notes } => {
                 if config.is_none() {
                     return Err(format!("line {}: a step before the header", i + 1));
                 }
-                steps.push(TraceStep { now, input, effects });
+                steps.push(TraceStep { now, input, output: Output { effects, notes } });
             }
         }
     }
@@ -87,22 +100,22 @@ pub struct Divergence {
     pub replayed: String,
 }
 
-/// Replay a trace through a fresh core; returns the replayed effects of every step and the
+/// Replay a trace through a fresh core; returns the replayed output of every step and the
 /// first divergence from the recording, if any.
-pub fn replay(trace: &Trace) -> (Vec<Vec<Effect>>, Option<Divergence>) {
+pub fn replay(trace: &Trace) -> (Vec<Output>, Option<Divergence>) {
     let mut state = State::new(trace.config.clone());
     let mut all = Vec::with_capacity(trace.steps.len());
     let mut divergence = None;
     for (i, s) in trace.steps.iter().enumerate() {
-        let effects = state.handle(s.now, s.input.clone());
+        let output = state.handle(s.now, s.input.clone());
         if divergence.is_none() {
-            let recorded = serde_json::to_string(&s.effects).expect("serialises");
-            let replayed = serde_json::to_string(&effects).expect("serialises");
+            let recorded = step_line(s.now, &s.input, &s.output);
+            let replayed = step_line(s.now, &s.input, &output);
             if recorded != replayed {
                 divergence = Some(Divergence { step: i, recorded, replayed });
             }
         }
-        all.push(effects);
+        all.push(output);
     }
     (all, divergence)
 }
@@ -117,8 +130,8 @@ impl Recorder {
         Recorder { lines: vec![header_line(config)] }
     }
 
-    pub fn record(&mut self, now: Instant, input: &Input, effects: &[Effect]) {
-        self.lines.push(step_line(now, input, effects));
+    pub fn record(&mut self, now: Instant, input: &Input, output: &Output) {
+        self.lines.push(step_line(now, input, output));
     }
 
     pub fn text(&self) -> String {

@@ -273,14 +273,17 @@ async fn run(cli: Cli, node_name: String) -> Result<(), String> {
             }
         }
         let now = Instant(epoch.elapsed().as_millis() as u64);
-        let effects = state.handle(now, input.clone());
+        let output = state.handle(now, input.clone());
         if let Some(w) = &mut recorder
-            && let Err(e) = writeln!(w, "{}", trace::step_line(now, &input, &effects))
+            && let Err(e) = writeln!(w, "{}", trace::step_line(now, &input, &output))
         {
             warn!(error = %e, "--record-trace: writing failed; recording stops");
             recorder = None;
         }
-        for effect in effects {
+        for note in &output.notes {
+            log_note(note);
+        }
+        for effect in output.effects {
             dispatch(&ctx, effect).await;
         }
         shared.beat();
@@ -352,7 +355,6 @@ fn release_freed_memory() {
 async fn dispatch(ctx: &Ctx, effect: Effect) {
     let Effect { id, op } = effect;
     match op {
-        Op::Note(note) => log_note(&note),
         Op::Publish { label_key, label, cm_key, entry, .. } => {
             let w = Write::Publish { id, label_key, label, cm_key, entry: entry.to_json() };
             let _ = ctx.writes.send(w).await;

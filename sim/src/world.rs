@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::sync::Arc;
 
 use model_agent_core::machine::{
-    Config, DriftSnapshot, Effect, Input, ListResult, Note, Op, OwnedDir, ReadResult, RootProbe, WatchEvent,
+    Config, DriftSnapshot, Effect, Input, ListResult, Note, Op, Output, OwnedDir, ReadResult, RootProbe, WatchEvent,
 };
 use model_agent_core::prng::Prng;
 use model_agent_core::trace::Recorder;
@@ -297,22 +297,21 @@ impl World {
         let now = Instant(self.now);
         let recording = self.nodes[node].recorder.is_some();
         let traced = recording.then(|| input.clone());
-        let effects = match &mut self.nodes[node].agent {
+        let output = match &mut self.nodes[node].agent {
             Agent::Core(state) => state.handle(now, input),
-            Agent::Upstream(up) => up.handle(now, input),
+            Agent::Upstream(up) => Output { effects: up.handle(now, input), notes: Vec::new() },
             Agent::Stopped => return,
         };
         if let (Some(rec), Some(input)) = (&mut self.nodes[node].recorder, traced) {
-            rec.record(now, &input, &effects);
+            rec.record(now, &input, &output);
+        }
+        for note in &output.notes {
+            self.note(node, note);
         }
         let generation = self.nodes[node].generation;
-        for effect in effects {
+        for effect in output.effects {
             if self.nodes[node].shutdown && effect.op.is_destructive() {
                 self.violation(format!("node {node}: destructive effect after shutdown began: {:?}", effect.op));
-            }
-            if let Op::Note(note) = &effect.op {
-                self.note(node, note);
-                continue;
             }
             let delay = match effect.op {
                 Op::Download { .. } => self.latency(self.timing.download_ms_max),
@@ -504,7 +503,6 @@ impl World {
                 snapshot.trash = self.nodes[node].trash.iter().cloned().collect();
                 Some(Input::DriftObserved { id, snapshot })
             }
-            Op::Note(_) => None,
         }
     }
 
@@ -826,8 +824,8 @@ impl World {
                     problems.push(format!("node {node}: {pending} confirmations still pending"));
                 }
                 // Idempotence: one more reconcile of an unchanged world adds no work.
-                let (_, effects) = model_agent_core::step(state, Instant(self.now), Input::Tick);
-                for e in effects.iter().filter(|e| !matches!(e.op, Op::ProbeRoot | Op::Snapshot | Op::Note(_))) {
+                let (_, output) = model_agent_core::step(state, Instant(self.now), Input::Tick);
+                for e in output.effects.iter().filter(|e| !matches!(e.op, Op::ProbeRoot | Op::Snapshot)) {
                     problems.push(format!("node {node}: a second reconcile still emits {:?}", e.op));
                 }
             }

@@ -242,8 +242,6 @@ pub enum Op {
     ProbeRoot,
     /// Answer with `Input::DriftObserved`.
     Snapshot,
-    /// Nothing to do: something a person should see in the logs.
-    Note(Note),
 }
 
 impl Op {

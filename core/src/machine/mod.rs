@@ -113,11 +113,19 @@ pub struct State {
     stats: Stats,
 }
 
-/// The fold: the next state and the effects for one input.
-pub fn step(state: &State, now: Instant, input: Input) -> (State, Vec<Effect>) {
+/// What one step returns: effects for the shell to execute, in order, and notes for people
+/// (logs, metrics), kept apart as str0m keeps events apart from transmits.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Output {
+    pub effects: Vec<Effect>,
+    pub notes: Vec<Note>,
+}
+
+/// The fold: the next state and the output for one input.
+pub fn step(state: &State, now: Instant, input: Input) -> (State, Output) {
     let mut next = state.clone();
-    let effects = next.handle(now, input);
-    (next, effects)
+    let output = next.handle(now, input);
+    (next, output)
 }
 
 /// The earliest instant at which the core wants a `Tick`.
@@ -129,6 +137,7 @@ pub fn next_deadline(state: &State) -> Option<Instant> {
 struct Step {
     now: Instant,
     out: Vec<Effect>,
+    notes: Vec<Note>,
     /// Models this step touched (deduplicated when the step settles; usually one).
     dirty: Vec<ModelKey>,
 }
@@ -183,9 +192,9 @@ impl State {
         self.inflight.len()
     }
 
-    /// Handle one input at `now`; returns the effects to execute, in order.
-    pub fn handle(&mut self, now: Instant, input: Input) -> Vec<Effect> {
-        let mut st = Step { now, out: Vec::new(), dirty: Vec::new() };
+    /// Handle one input at `now`; returns the effects to execute, in order, and the notes.
+    pub fn handle(&mut self, now: Instant, input: Input) -> Output {
+        let mut st = Step { now, out: Vec::new(), notes: Vec::new(), dirty: Vec::new() };
         if !self.started {
             self.started = true;
             self.set_timer(now, TimerKey::RootProbe);
@@ -193,7 +202,7 @@ impl State {
         self.on_input(&mut st, input);
         self.fire_timers(&mut st);
         self.settle(&mut st);
-        st.out
+        Output { effects: st.out, notes: st.notes }
     }
 
     // ------------------------------------------------------------------------------------------
@@ -238,18 +247,20 @@ impl State {
 
     fn emit(&mut self, st: &mut Step, op: Op, owner: Option<Owner>) -> EffectId {
         debug_assert!(!(self.shutting_down && op.is_destructive()), "destructive effect after shutdown: {op:?}");
-        Emitter { next_id: &mut self.effect_id_next, inflight: &mut self.inflight, out: &mut st.out }.emit(op, owner)
-    }
-
-    fn note(&mut self, note: Note) -> Effect {
-        Effect { id: self.effect_id(), op: Op::Note(note) }
+        Emitter {
+            next_id: &mut self.effect_id_next,
+            inflight: &mut self.inflight,
+            out: &mut st.out,
+            notes: &mut st.notes,
+        }
+        .emit(op, owner)
     }
 
     fn note_confirmed(&mut self, st: &mut Step, confirmed: Vec<(ModelKey, Uid, Confirmation)>) {
         for (key, uid, confirmation) in confirmed {
             self.stats.deletes_confirmed += 1;
             st.dirty.push(key.clone());
-            st.out.push(self.note(Note::DeleteConfirmed { key, uid, confirmation }));
+            st.notes.push(Note::DeleteConfirmed { key, uid, confirmation });
         }
     }
 }
@@ -259,6 +270,7 @@ struct Emitter<'a> {
     next_id: &'a mut u64,
     inflight: &'a mut Map<EffectId, Owner>,
     out: &'a mut Vec<Effect>,
+    notes: &'a mut Vec<Note>,
 }
 
 impl Emitter<'_> {

@@ -37,21 +37,20 @@ impl State {
                         }
                     }
                     (Outcome::Failed(reason), IncOp::Fetch { plan }) => {
-                        // The model is Failed on this node (published next), and fetched again later.
+                        // The model is Failed on this node (published, and noted, next), and
+                        // fetched again later.
                         let delay = inc.failed_once(&config, &mut self.prng);
                         inc.fetched = Fetched::Failed {
                             plan: Box::new(plan),
                             reason: Arc::from(reason.as_str()),
                             retry_at: now.plus_ms(delay),
                         };
-                        let note = Note::ModelFailed { key, uid, reason };
-                        st.out.push(self.note(note));
                     }
                     (Outcome::Failed(reason), _) => {
                         let delay = inc.failed_once(&config, &mut self.prng);
                         inc.blocked_until = Some(now.plus_ms(delay));
                         self.stats.effects_failed += 1;
-                        st.out.push(self.note(Note::EffectFailed { id, reason, retry_in_ms: delay }));
+                        st.notes.push(Note::EffectFailed { id, reason, retry_in_ms: delay });
                     }
                 }
             }
@@ -66,7 +65,7 @@ impl State {
                         self.trash.insert(name.clone(), now.plus_ms(delay));
                         self.set_timer(now.plus_ms(delay), TimerKey::Purge(name));
                         self.stats.effects_failed += 1;
-                        st.out.push(self.note(Note::EffectFailed { id, reason, retry_in_ms: delay }));
+                        st.notes.push(Note::EffectFailed { id, reason, retry_in_ms: delay });
                     }
                 }
             }
@@ -78,7 +77,7 @@ impl State {
                     Outcome::Failed(reason) => {
                         self.stats.effects_failed += 1;
                         let retry_in_ms = self.config.drift_period_ms;
-                        st.out.push(self.note(Note::EffectFailed { id, reason, retry_in_ms }));
+                        st.notes.push(Note::EffectFailed { id, reason, retry_in_ms });
                     }
                 }
             }

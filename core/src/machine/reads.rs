@@ -99,7 +99,7 @@ impl State {
         st.dirty.push(key.clone());
         for (uid, cause) in suppressed {
             self.stats.phantom_deletes_suppressed += 1;
-            st.out.push(self.note(Note::PhantomSuppressed { key: key.clone(), uid, cause }));
+            st.notes.push(Note::PhantomSuppressed { key: key.clone(), uid, cause });
         }
         self.note_confirmed(st, confirmed);
         if let Some(obj) = adopt {
@@ -142,7 +142,7 @@ impl State {
         }
         if let Some(retry_in_ms) = last_delay {
             let key = (!shared).then(|| keys.first().cloned()).flatten();
-            st.out.push(self.note(Note::ReadFailed { key, kind, reason: reason.to_string(), retry_in_ms }));
+            st.notes.push(Note::ReadFailed { key, kind, reason: reason.to_string(), retry_in_ms });
         }
     }
 

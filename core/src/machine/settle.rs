@@ -62,7 +62,7 @@ impl State {
             return;
         };
         let slot = Arc::make_mut(shared);
-        let mut emitter = Emitter { next_id: effect_id_next, inflight, out: &mut st.out };
+        let mut emitter = Emitter { next_id: effect_id_next, inflight, out: &mut st.out, notes: &mut st.notes };
         let env =
             Env { node: node.as_deref(), root: root.as_ref(), config, shutting_down: *shutting_down, now: st.now };
         drive(&env, &mut emitter, timers, stats, key, slot);
@@ -135,7 +135,7 @@ pub(super) fn drive(
         if let IncOp::Publish { status: ModelStatus::Failed, reason } = &what {
             let reason = reason.as_deref().unwrap_or("Failed").to_string();
             let note = Note::ModelFailed { key: key.clone(), uid: uid.clone(), reason };
-            emitter.emit(Op::Note(note), None);
+            emitter.notes.push(note);
         }
         let owner = Owner::Inc { key: key.clone(), uid: uid.clone(), what };
         let id = emitter.emit(op, Some(owner));

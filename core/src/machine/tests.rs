@@ -39,6 +39,8 @@ struct H {
     now: u64,
     /// How `settle` answers root probes.
     writable: bool,
+    /// Every note so far.
+    notes: Vec<Note>,
 }
 
 impl H {
@@ -47,11 +49,13 @@ impl H {
     }
 
     fn with(config: Config) -> H {
-        H { s: State::new(config), now: 0, writable: true }
+        H { s: State::new(config), now: 0, writable: true, notes: Vec::new() }
     }
 
     fn input(&mut self, input: Input) -> Vec<Effect> {
-        self.s.handle(Instant(self.now), input)
+        let out = self.s.handle(Instant(self.now), input);
+        self.notes.extend(out.notes);
+        out.effects
     }
 
     fn advance(&mut self, ms: u64) -> Vec<Effect> {
@@ -280,7 +284,7 @@ fn pending_found_same_uid_alive_is_a_suppressed_phantom() {
     let e = h.input(Input::LiveRead { id, result: ReadResult::Found(local("m", "u1")) });
     assert_eq!(h.view(&key, "u1").life, Life::Observed);
     assert!(destructive(&e).is_empty());
-    assert!(e.iter().any(|e| matches!(&e.op, Op::Note(Note::PhantomSuppressed { cause: Cause::WatchDeleted, .. }))));
+    assert!(matches!(&h.notes[..], [.., Note::PhantomSuppressed { cause: Cause::WatchDeleted, .. }]));
     assert_eq!(h.s.stats().phantom_deletes_suppressed, 1);
     // Still Ready: nothing to republish.
     assert!(published(&e).is_empty());
@@ -528,6 +532,8 @@ fn local_model_missing_is_failed_with_reason_and_verified_again_later() {
     let e = h.advance(delay);
     assert!(e.iter().any(|e| matches!(e.op, Op::VerifyLocal { .. })), "verified again without going Updating");
     assert!(published(&e).is_empty());
+    let failed = h.notes.iter().filter(|n| matches!(n, Note::ModelFailed { .. })).count();
+    assert_eq!(failed, 1, "a failed model is noted once, not once per outcome and once per publish");
 }
 
 #[test]
@@ -663,7 +669,8 @@ fn a_failed_effect_is_retried_with_backoff() {
     let e = h.start(false, vec![local("m", "u1")]);
     let pid = e.iter().find(|e| matches!(e.op, Op::Publish { .. })).unwrap().id;
     let e = h.input(Input::EffectDone { id: pid, outcome: Outcome::Failed("apiserver 500".into()) });
-    assert!(matches!(&e[..], [Effect { op: Op::Note(Note::EffectFailed { .. }), .. }]));
+    assert!(e.is_empty());
+    assert!(matches!(&h.notes[..], [.., Note::EffectFailed { .. }]));
     let delay = h.s.next_deadline().unwrap().as_ms() - h.now;
     assert!((750..=1000).contains(&delay));
     let e = h.advance(delay);
@@ -930,9 +937,9 @@ fn a_recorded_trace_replays_byte_for_byte() {
     let mut s = State::new(cfg);
     let mut now = 0;
     let mut feed = |s: &mut State, input: Input, now: u64| {
-        let effects = s.handle(Instant(now), input.clone());
-        rec.record(Instant(now), &input, &effects);
-        effects
+        let output = s.handle(Instant(now), input.clone());
+        rec.record(Instant(now), &input, &output);
+        output.effects
     };
     let e = feed(&mut s, Input::NodeObserved(node(&[])), now);
     feed(&mut s, Input::RootProbed { id: e[0].id, probe: RootProbe::healthy(true) }, now);
@@ -960,7 +967,7 @@ fn a_recorded_trace_replays_byte_for_byte() {
     other.config.seed = 99;
     assert!(replay(&other).1.is_some());
     assert!(parse("").unwrap_err().contains("no header"));
-    assert!(parse(&text.replace("\"version\":1", "\"version\":7")).unwrap_err().contains("version 7"));
+    assert!(parse(&text.replace("\"version\":2", "\"version\":7")).unwrap_err().contains("version 7"));
 }
 
 #[test]
