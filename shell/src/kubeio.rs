@@ -7,14 +7,14 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Config};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use model_agent_core::machine::{
-    DriftSnapshot, EffectId, EntryView, Input, ListResult, Outcome, ReadResult, WatchEvent,
+    DriftSnapshot, EffectId, EntryView, Input, ListResult, NodeReadResult, Outcome, ReadResult, WatchEvent,
 };
 use model_agent_core::placement::NodeView;
 use model_agent_core::wire::{self, ModelEntry, ModelStatus};
@@ -142,15 +142,56 @@ pub async fn live_get(client: &Client, key: &ModelKey) -> ReadResult {
     }
 }
 
-/// Quorum LIST of one kind, bounded in time.
+/// Objects per page of a live LIST: bounds what one response holds in memory.
+pub const LIST_PAGE_ITEMS: u32 = 500;
+/// Pages of one live LIST before it is given up as failed (5,000,000 objects).
+pub const LIST_PAGES_MAX: usize = 10_000;
+
+/// Quorum LIST of one kind, paged and followed to the end, bounded in time. An item that cannot
+/// be identified, or a continue token that cannot be followed, fails the whole read: a partial
+/// list must never answer a candidate as NotFound.
 pub async fn live_list(client: &Client, kind: Kind) -> ListResult {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &model_resource(kind));
-    match tokio::time::timeout(LIVE_READ_TIMEOUT, api.list(&Default::default())).await {
+    match tokio::time::timeout(LIVE_READ_TIMEOUT, list_pages(&api, kind)).await {
         Err(_) => {
             ListResult::Failed(format!("LIST {} timed out after {} s", kind.plural(), LIVE_READ_TIMEOUT.as_secs()))
         }
-        Ok(Err(e)) => ListResult::Failed(format!("LIST {}: {e}", kind.plural())),
-        Ok(Ok(list)) => ListResult::Listed(list.items.iter().filter_map(|o| to_model(kind, o)).collect()),
+        Ok(Err(reason)) => ListResult::Failed(format!("LIST {}: {reason}", kind.plural())),
+        Ok(Ok(objects)) => ListResult::Listed(objects),
+    }
+}
+
+async fn list_pages(api: &Api<DynamicObject>, kind: Kind) -> Result<Vec<ModelObject>, String> {
+    let mut objects = Vec::new();
+    let mut token: Option<String> = None;
+    for _ in 0..LIST_PAGES_MAX {
+        let mut params = ListParams::default().limit(LIST_PAGE_ITEMS);
+        if let Some(t) = &token {
+            params = params.continue_token(t);
+        }
+        let page = api.list(&params).await.map_err(|e| e.to_string())?;
+        for item in &page.items {
+            let name = item.metadata.name.as_deref().unwrap_or("<no name>");
+            objects.push(to_model(kind, item).ok_or_else(|| format!("item {name:?} cannot be identified"))?);
+        }
+        match page.metadata.continue_.filter(|t| !t.is_empty()) {
+            None => return Ok(objects),
+            Some(t) => token = Some(t),
+        }
+    }
+    Err(format!("more than {LIST_PAGES_MAX} pages"))
+}
+
+/// Quorum GET of this agent's Node: the second witness of a placement exit.
+pub async fn live_get_node(client: &Client, node: &str) -> NodeReadResult {
+    let api: Api<Node> = Api::all(client.clone());
+    match tokio::time::timeout(LIVE_READ_TIMEOUT, api.get(node)).await {
+        Err(_) => NodeReadResult::Failed(format!("GET node {node} timed out after {} s", LIVE_READ_TIMEOUT.as_secs())),
+        Ok(Err(e)) => NodeReadResult::Failed(format!("GET node {node}: {e}")),
+        Ok(Ok(n)) => {
+            let name = n.metadata.name.unwrap_or_default();
+            NodeReadResult::Found(NodeView { name, labels: n.metadata.labels.unwrap_or_default() })
+        }
     }
 }
 

@@ -373,6 +373,10 @@ async fn dispatch(ctx: &Ctx, effect: Effect) {
             let _permit = c.reads.acquire().await;
             Some(Input::LiveRead { id, result: kubeio::live_get(&c.client, &key).await })
         }),
+        Op::LiveGetNode => spawn(ctx, async move |c: Ctx| {
+            let _permit = c.reads.acquire().await;
+            Some(Input::NodeRead { id, result: kubeio::live_get_node(&c.client, &c.node).await })
+        }),
         Op::LiveList { kind } => spawn(ctx, async move |c: Ctx| {
             let _permit = c.reads.acquire().await;
             Some(Input::LiveList { id, result: kubeio::live_list(&c.client, kind).await })
@@ -472,6 +476,23 @@ fn log_note(note: &Note) {
         }
         Note::EffectFailed { id, reason, retry_in_ms } => {
             warn!(effect = ?id, reason = %reason, retry_in_ms, "effect failed; retrying")
+        }
+        Note::BreakerTripped { candidates, placed, until } => {
+            warn!(
+                candidates,
+                placed,
+                hold_until_ms = until.as_ms(),
+                "blast-radius breaker tripped: destructive decisions held"
+            )
+        }
+        Note::BreakerHeld { key, uid, until } => {
+            info!(model = %key, uid = %uid, hold_until_ms = until.as_ms(), "withdrawal or cleanup held by the breaker; read again after the hold")
+        }
+        Note::NodeReadFailed { reason, retry_in_ms } => {
+            warn!(reason = %reason, retry_in_ms, "live read of this Node failed; placement exits wait")
+        }
+        Note::ExitCancelled { key, uid } => {
+            info!(model = %key, uid = %uid, "placement exit cancelled: the live Node still places the model here")
         }
     }
 }

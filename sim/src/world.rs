@@ -8,7 +8,8 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::sync::Arc;
 
 use model_agent_core::machine::{
-    Config, DriftSnapshot, Effect, Input, ListResult, Note, Op, Output, OwnedDir, ReadResult, RootProbe, WatchEvent,
+    Config, DriftSnapshot, Effect, Input, ListResult, NodeReadResult, Note, Op, Output, OwnedDir, ReadResult,
+    RootProbe, WatchEvent,
 };
 use model_agent_core::prng::Prng;
 use model_agent_core::trace::Recorder;
@@ -365,6 +366,14 @@ impl World {
                     },
                 };
                 Some(Input::LiveRead { id, result })
+            }
+            Op::LiveGetNode => {
+                self.counters.api_get += 1;
+                let result = match self.read_fault(node)? {
+                    Some(reason) => NodeReadResult::Failed(reason),
+                    None => NodeReadResult::Found(self.api.node_view(node)),
+                };
+                Some(Input::NodeRead { id, result })
             }
             Op::LiveList { kind } => {
                 self.counters.api_list += 1;

@@ -107,7 +107,7 @@ impl State {
         if any && !self.shutting_down && self.orphan_check.is_none() {
             let mut check = check;
             for kind in Kind::ALL {
-                check.lists[kind.index()] = Some(self.issue_list(st, kind, true));
+                check.lists[kind.index()] = Some(self.issue_list(st, kind, ListPurpose::OrphanSweep));
             }
             self.orphan_check = Some(Arc::new(check));
         }

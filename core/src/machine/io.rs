@@ -7,6 +7,7 @@ use std::fmt;
 use crate::dest_path::DestPath;
 use crate::model::{Kind, ModelKey, ModelObject, Uid};
 use crate::placement::NodeView;
+use crate::time::Instant;
 use crate::wire::{ModelEntry, ModelStatus};
 
 /// `--models-root-write-check`.
@@ -52,6 +53,14 @@ pub struct Config {
     pub root_probe_period_ms: u64,
     /// How long a trashed directory is kept before it is purged.
     pub trash_grace_ms: u64,
+    /// The blast-radius breaker trips when, within `breaker_window_ms`, more than
+    /// `breaker_percent` of the models placed here, and at least `breaker_models_min`, become
+    /// candidates for withdrawal or cleanup; it then holds every destructive decision until
+    /// live reads sent `breaker_hold_ms` later confirm it.
+    pub breaker_percent: u32,
+    pub breaker_models_min: u32,
+    pub breaker_window_ms: u64,
+    pub breaker_hold_ms: u64,
 }
 
 impl Config {
@@ -68,6 +77,10 @@ impl Config {
             drift_period_ms: 300_000,
             root_probe_period_ms: 10_000,
             trash_grace_ms: 3_600_000,
+            breaker_percent: 25,
+            breaker_models_min: 5,
+            breaker_window_ms: 60_000,
+            breaker_hold_ms: 300_000,
         }
     }
 }
@@ -97,6 +110,13 @@ pub enum ReadResult {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ListResult {
     Listed(Vec<ModelObject>),
+    Failed(String),
+}
+
+/// Result of a live (quorum) GET of this agent's own Node: the second witness of a placement exit.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum NodeReadResult {
+    Found(NodeView),
     Failed(String),
 }
 
@@ -182,6 +202,10 @@ pub enum Input {
         id: EffectId,
         result: ListResult,
     },
+    NodeRead {
+        id: EffectId,
+        result: NodeReadResult,
+    },
     EffectDone {
         id: EffectId,
         outcome: Outcome,
@@ -213,6 +237,8 @@ pub enum Op {
     LiveGet { key: ModelKey },
     /// Quorum LIST of one kind, answered by `Input::LiveList`.
     LiveList { kind: Kind },
+    /// Quorum GET of this agent's Node, answered by `Input::NodeRead`.
+    LiveGetNode,
     /// Set this node's label for the model (when `label` is set) and write its ConfigMap entry.
     Publish {
         key: ModelKey,
@@ -267,8 +293,11 @@ pub enum Cause {
     RelistVanished,
     /// The watch showed another uid under the same name.
     UidChanged,
-    /// The model stopped matching this node; its object is re-read before anything is withdrawn.
+    /// The model stopped matching this node; its object and this Node are re-read before
+    /// anything is withdrawn.
     PlacementExit,
+    /// A deletionTimestamp arrived while the blast-radius breaker holds: re-read after the hold.
+    MarkedDeleting,
 }
 
 /// What confirmed a deletion.
@@ -291,4 +320,12 @@ pub enum Note {
     ReadFailed { key: Option<ModelKey>, kind: Kind, reason: String, retry_in_ms: u64 },
     /// A shell effect failed and will be retried.
     EffectFailed { id: EffectId, reason: String, retry_in_ms: u64 },
+    /// Too many candidates at once: destructive decisions are held until `until`.
+    BreakerTripped { candidates: u32, placed: u32, until: Instant },
+    /// A confirmed withdrawal or cleanup was held by the breaker; it is read again at `until`.
+    BreakerHeld { key: ModelKey, uid: Uid, until: Instant },
+    /// A live read of this Node failed; placement exits wait and it is read again.
+    NodeReadFailed { reason: String, retry_in_ms: u64 },
+    /// A placement exit was cancelled: the live Node places the model here (the Node watch lagged).
+    ExitCancelled { key: ModelKey, uid: Uid },
 }

@@ -5,7 +5,9 @@
 //! LIST per kind in a storm), and emits the next effect each incarnation needs. One effect per
 //! incarnation is in flight at a time; its outcome comes back as an input.
 
+mod breaker;
 mod drift;
+mod evidence;
 pub mod io;
 mod outcomes;
 mod readiness;
@@ -24,17 +26,18 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+pub use breaker::Breaker;
 use drift::OrphanCheck;
 pub use io::*;
 pub use readiness::{Check, Readiness};
-pub use records::{Fetched, Incarnation, Life, Plan, Published, ReadState, Slot};
+pub use records::{Fetched, Incarnation, Life, Plan, Published, ReadState, Sent, Slot};
 pub use tables::Want;
 use tables::{Context, IncOp, eligible_now, next_op, want};
 use timers::sync_timers;
 pub use views::IncarnationView;
 
 use crate::model::{Kind, ModelKey, ModelObject, Uid};
-use crate::placement::NodeView;
+use crate::placement::{NodeView, placement};
 use crate::prng::{Prng, backoff_ms};
 use crate::time::Instant;
 use crate::wire::{self, ModelStatus};
@@ -43,11 +46,39 @@ use crate::wire::{self, ModelStatus};
 #[derive(Clone, Debug)]
 enum Owner {
     Inc { key: ModelKey, uid: Uid, what: IncOp },
-    Get { key: ModelKey, deadline: Instant },
-    List { kind: Kind, keys: Arc<Vec<ModelKey>>, drift: bool, deadline: Instant },
+    Get { key: ModelKey, deadline: Instant, sent: Sent },
+    List { kind: Kind, keys: Arc<Vec<ModelKey>>, purpose: ListPurpose, deadline: Instant, sent: Sent },
+    NodeGet { deadline: Instant, sent: Sent },
     Snapshot { requested_seq: u64 },
     Purge { name: String },
     Orphan,
+}
+
+/// Why a LIST was sent: to answer pending candidates only, or also for the orphan sweep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ListPurpose {
+    Candidates,
+    OrphanSweep,
+}
+
+/// The newest live read of this agent's Node: the second witness of placement exits.
+#[derive(Clone, Debug)]
+struct NodeWitness {
+    node: Arc<NodeView>,
+    sent: Sent,
+}
+
+/// Live reads of the Node: the newest answer, the one in flight, and the backoff.
+#[derive(Clone, Debug, Default)]
+struct NodeReads {
+    witness: Option<NodeWitness>,
+    inflight: Option<(EffectId, Sent)>,
+    attempt: u32,
+    retry_at: Option<Instant>,
+    /// Placement exits whose model read agreed, waiting for a witness sent after them.
+    waiting: Set<ModelKey>,
+    /// Some waiting exit needs a witness newer than the newest one.
+    wanted: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -55,6 +86,7 @@ enum TimerKey {
     /// Shared so that timer entries stay small in the ordered set.
     Inc(Arc<(ModelKey, Uid)>),
     ReadDeadline(EffectId),
+    NodeReadRetry,
     RootProbe,
     Drift,
     Purge(String),
@@ -97,11 +129,17 @@ pub struct State {
     config: Arc<Config>,
     prng: Prng,
     effect_id_next: u64,
+    /// Steps handled so far: orders inputs of one millisecond (newest view wins).
+    seq: u64,
     started: bool,
     /// Values are shared pointers: tree nodes move 8 bytes, not a whole record.
     slots: Map<ModelKey, Arc<Slot>>,
     kinds: [KindSync; 2],
     node: Option<Arc<NodeView>>,
+    /// The step that gave `node`.
+    node_seq: u64,
+    node_reads: NodeReads,
+    breaker: Breaker,
     root: Option<RootProbe>,
     inflight: Map<EffectId, Owner>,
     timers: OrdSet<(Instant, TimerKey)>,
@@ -136,6 +174,11 @@ pub fn next_deadline(state: &State) -> Option<Instant> {
 /// Scratch of one step.
 struct Step {
     now: Instant,
+    seq: u64,
+    /// Incarnations with something here that became candidates this step (for the breaker).
+    candidates_here: u32,
+    /// Destructive decisions of this step's input, taken once the breaker has counted it.
+    verdicts: Vec<Verdict>,
     out: Vec<Effect>,
     notes: Vec<Note>,
     /// Models this step touched (deduplicated when the step settles; usually one).
@@ -148,10 +191,14 @@ impl State {
             prng: Prng::new(config.seed),
             config: Arc::new(config),
             effect_id_next: 1,
+            seq: 0,
             started: false,
             slots: Map::default(),
             kinds: Default::default(),
             node: None,
+            node_seq: 0,
+            node_reads: NodeReads::default(),
+            breaker: Breaker::default(),
             root: None,
             inflight: Map::default(),
             timers: OrdSet::new(),
@@ -194,13 +241,24 @@ impl State {
 
     /// Handle one input at `now`; returns the effects to execute, in order, and the notes.
     pub fn handle(&mut self, now: Instant, input: Input) -> Output {
-        let mut st = Step { now, out: Vec::new(), notes: Vec::new(), dirty: Vec::new() };
+        self.seq += 1;
+        let mut st = Step {
+            now,
+            seq: self.seq,
+            candidates_here: 0,
+            verdicts: Vec::new(),
+            out: Vec::new(),
+            notes: Vec::new(),
+            dirty: Vec::new(),
+        };
         if !self.started {
             self.started = true;
             self.set_timer(now, TimerKey::RootProbe);
         }
         self.on_input(&mut st, input);
         self.fire_timers(&mut st);
+        self.count_candidates(&mut st);
+        self.apply_verdicts(&mut st);
         self.settle(&mut st);
         Output { effects: st.out, notes: st.notes }
     }
@@ -212,14 +270,10 @@ impl State {
     fn on_input(&mut self, st: &mut Step, input: Input) {
         match input {
             Input::Watch { kind, event } => self.on_watch(st, kind, event),
-            Input::NodeObserved(node) => {
-                if self.node.as_deref() != Some(&node) {
-                    self.node = Some(Arc::new(node));
-                    st.dirty.extend(self.slots.keys().cloned());
-                }
-            }
-            Input::LiveRead { id, result } => self.on_live_read(st, id, result),
-            Input::LiveList { id, result } => self.on_live_list(st, id, result),
+            Input::NodeObserved(node) => self.adopt_node(st, node, st.seq),
+            Input::NodeRead { id, result } => self.on_node_read(st, id, Some(result)),
+            Input::LiveRead { id, result } => self.finish_read(st, id, reads::ReadEnd::Get(result)),
+            Input::LiveList { id, result } => self.finish_read(st, id, reads::ReadEnd::List(result)),
             Input::EffectDone { id, outcome } => self.on_effect_done(st, id, outcome),
             Input::RootProbed { probe, .. } => {
                 if self.root.as_ref() != Some(&probe) {
@@ -255,14 +309,6 @@ impl State {
         }
         .emit(op, owner)
     }
-
-    fn note_confirmed(&mut self, st: &mut Step, confirmed: Vec<(ModelKey, Uid, Confirmation)>) {
-        for (key, uid, confirmation) in confirmed {
-            self.stats.deletes_confirmed += 1;
-            st.dirty.push(key.clone());
-            st.notes.push(Note::DeleteConfirmed { key, uid, confirmation });
-        }
-    }
 }
 
 /// Hands out effect ids and records who waits for each outcome.
@@ -290,8 +336,15 @@ fn sorted(mut keys: Vec<ModelKey>) -> Vec<ModelKey> {
     keys
 }
 
-fn pending(cause: Cause, now: Instant) -> Life {
-    Life::PendingConfirm { cause, attempt: 0, since: now, read: ReadState::Due }
+fn pending(cause: Cause, now: Instant, seq: u64) -> Life {
+    Life::PendingConfirm {
+        cause,
+        attempt: 0,
+        since: now,
+        since_seq: seq,
+        fresh_after: Instant::ZERO,
+        read: ReadState::Due,
+    }
 }
 
 fn set_read(inc: &mut Incarnation, state: ReadState) {
@@ -300,13 +353,22 @@ fn set_read(inc: &mut Incarnation, state: ReadState) {
     }
 }
 
-fn confirm(inc: &mut Incarnation, confirmation: Confirmation, out: &mut Vec<(ModelKey, Uid, Confirmation)>) {
-    if inc.is_confirmed() {
-        return;
-    }
-    inc.life = Life::Confirmed { confirmation };
-    out.push((inc.obj.key.clone(), inc.uid().clone(), confirmation));
+/// A destructive decision about one uid, and when its evidence was sent (the breaker's input).
+#[derive(Clone, Debug)]
+struct Verdict {
+    key: ModelKey,
+    uid: Uid,
+    decision: Decision,
+    evidence_at: Instant,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Decision {
+    Confirm(Confirmation),
+    Withdraw,
 }
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_views;

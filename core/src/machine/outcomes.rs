@@ -14,7 +14,7 @@ impl State {
                     return;
                 };
                 inc.inflight = None;
-                inc.changed_seq = self.effect_id_next;
+                inc.changed_seq = st.seq;
                 st.dirty.push(key.clone());
                 match (outcome, what) {
                     (Outcome::Done, what) => {
@@ -82,7 +82,7 @@ impl State {
                 }
             }
             // Reads, probes and snapshots answer with their own inputs.
-            Owner::Get { .. } | Owner::List { .. } | Owner::Snapshot { .. } => {}
+            Owner::Get { .. } | Owner::List { .. } | Owner::NodeGet { .. } | Owner::Snapshot { .. } => {}
         }
     }
 }

@@ -1,109 +1,142 @@
-//! Live reads: issuing GETs and coalesced LISTs, and finishing them (answered, failed, timed out).
+//! Live reads: issuing GETs and coalesced LISTs, and finishing them. One function finishes a
+//! GET, a LIST or a read that timed out; an answer about something other than what was asked
+//! is a failed read.
 
 use super::settle::normalize;
+use super::tables::{ReadAnswer, ReadVerdict, read_verdict};
 use super::*;
 
-impl State {
-    pub(super) fn on_live_read(&mut self, st: &mut Step, id: EffectId, result: ReadResult) {
-        let Some(Owner::Get { key, deadline }) = self.inflight.get(&id).cloned() else { return };
-        self.inflight.remove(&id);
-        self.timers.remove(&(deadline, TimerKey::ReadDeadline(id)));
-        self.count_read(&result);
-        match result {
-            ReadResult::Failed(reason) => {
-                self.read_failed(st, id, std::slice::from_ref(&key), key.kind, &reason, false)
-            }
-            found_or_not => self.apply_read(st, id, &key, found_or_not),
-        }
-    }
+/// How a read ended.
+pub(super) enum ReadEnd {
+    Get(ReadResult),
+    List(ListResult),
+    TimedOut,
+}
 
-    pub(super) fn on_live_list(&mut self, st: &mut Step, id: EffectId, result: ListResult) {
-        let Some(Owner::List { kind, keys, drift, deadline }) = self.inflight.get(&id).cloned() else { return };
+impl State {
+    pub(super) fn finish_read(&mut self, st: &mut Step, id: EffectId, end: ReadEnd) {
+        let (keys, kind, purpose, deadline, sent) = match self.inflight.get(&id) {
+            Some(Owner::Get { key, deadline, sent }) => {
+                (Arc::new(vec![key.clone()]), key.kind, ListPurpose::Candidates, *deadline, *sent)
+            }
+            Some(Owner::List { kind, keys, purpose, deadline, sent }) => {
+                (keys.clone(), *kind, *purpose, *deadline, *sent)
+            }
+            _ => return,
+        };
+        let is_list = matches!(self.inflight.get(&id), Some(Owner::List { .. }));
         self.inflight.remove(&id);
         self.timers.remove(&(deadline, TimerKey::ReadDeadline(id)));
-        let sync = &mut self.kinds[kind.index()];
-        if sync.list_inflight == Some(id) {
-            sync.list_inflight = None;
+        if self.kinds[kind.index()].list_inflight == Some(id) {
+            self.kinds[kind.index()].list_inflight = None;
         }
-        match result {
-            ListResult::Failed(reason) => {
+        match self.answers(&keys, kind, is_list, end) {
+            Err(reason) => {
                 self.stats.reads_failed += 1;
-                self.read_failed(st, id, &keys, kind, &reason, true);
-                if drift {
+                self.read_failed(st, id, &keys, kind, &reason, is_list);
+                if purpose == ListPurpose::OrphanSweep {
                     self.orphan_check = None;
                 }
             }
-            ListResult::Listed(objects) => {
-                self.stats.reads_found += 1;
-                let by_key: BTreeMap<&ModelKey, &ModelObject> =
-                    objects.iter().filter(|o| o.key.kind == kind).map(|o| (&o.key, o)).collect();
+            Ok(objects) => {
+                let by_key: BTreeMap<&ModelKey, &ModelObject> = objects.iter().map(|o| (&o.key, o)).collect();
                 for key in keys.iter() {
-                    let result = match by_key.get(key) {
-                        Some(obj) => ReadResult::Found((*obj).clone()),
-                        None => ReadResult::NotFound,
-                    };
-                    self.apply_read(st, id, key, result);
+                    let found = by_key.get(key).copied();
+                    match found {
+                        Some(_) => self.stats.reads_found += 1,
+                        None => self.stats.reads_not_found += 1,
+                    }
+                    self.apply_read(st, id, key, found, sent);
                 }
-                if drift {
+                if purpose == ListPurpose::OrphanSweep {
                     self.orphan_list_done(st, id, kind, objects);
                 }
             }
         }
     }
 
-    pub(super) fn count_read(&mut self, result: &ReadResult) {
-        match result {
-            ReadResult::Found(_) => self.stats.reads_found += 1,
-            ReadResult::NotFound => self.stats.reads_not_found += 1,
-            ReadResult::Failed(_) => self.stats.reads_failed += 1,
+    /// The objects an answer reports, or why it answers nothing: an error, a timeout, or an
+    /// answer about something other than what was asked.
+    fn answers(
+        &mut self,
+        keys: &[ModelKey],
+        kind: Kind,
+        is_list: bool,
+        end: ReadEnd,
+    ) -> Result<Vec<ModelObject>, String> {
+        match (end, is_list) {
+            (ReadEnd::TimedOut, _) => {
+                self.stats.reads_timed_out += 1;
+                Err(format!("live read timed out after {} ms", self.config.live_read_timeout_ms))
+            }
+            (ReadEnd::Get(ReadResult::Failed(reason)), false) | (ReadEnd::List(ListResult::Failed(reason)), true) => {
+                Err(reason)
+            }
+            (ReadEnd::Get(ReadResult::NotFound), false) => Ok(Vec::new()),
+            (ReadEnd::Get(ReadResult::Found(obj)), false) => match keys.first() {
+                Some(key) if obj.key == *key => Ok(vec![obj]),
+                Some(key) => Err(format!("the live GET of {key} was answered with {}", obj.key)),
+                None => Err("a live GET without a key".to_string()),
+            },
+            (ReadEnd::List(ListResult::Listed(objects)), true) => match objects.iter().find(|o| o.key.kind != kind) {
+                Some(other) => Err(format!("the live LIST of {} held {}", kind.plural(), other.key)),
+                None => Ok(objects),
+            },
+            (ReadEnd::Get(_), true) | (ReadEnd::List(_), false) => Err("answered with the wrong kind of result".into()),
         }
     }
 
-    /// A read answered (Found or NotFound) every incarnation of `key` that awaits it.
-    pub(super) fn apply_read(&mut self, st: &mut Step, id: EffectId, key: &ModelKey, result: ReadResult) {
+    /// A read answered every incarnation of `key` that awaits it: `found` is the live object
+    /// under that name, if any.
+    fn apply_read(&mut self, st: &mut Step, id: EffectId, key: &ModelKey, found: Option<&ModelObject>, sent: Sent) {
         let models_root = &self.config.models_root;
         let Some(slot) = self.slots.get_mut(key).map(Arc::make_mut) else { return };
-        let mut confirmed = Vec::new();
+        let found = found.map(|o| Arc::new(o.clone()));
         let mut suppressed = Vec::new();
-        let found = match result {
-            ReadResult::Found(obj) if obj.key == *key => Some(Arc::new(obj)),
-            _ => None,
-        };
-        for inc in slot.all_mut() {
-            if !inc.awaits(id) {
-                continue;
-            }
+        for inc in slot.all_mut().filter(|i| i.awaits(id)) {
             let Life::PendingConfirm { cause, .. } = inc.life else { continue };
-            match &found {
-                None => confirm(inc, Confirmation::NotFound, &mut confirmed),
-                Some(obj) if obj.uid != *inc.uid() => confirm(inc, Confirmation::Replaced, &mut confirmed),
-                Some(obj) if obj.deleting => {
-                    inc.set_obj(obj.clone(), models_root);
-                    confirm(inc, Confirmation::Deleting, &mut confirmed);
-                }
-                Some(obj) => {
-                    inc.set_obj(obj.clone(), models_root);
+            let answer = match &found {
+                None => ReadAnswer::NotFound,
+                Some(obj) if obj.uid != *inc.uid() => ReadAnswer::FoundOther,
+                Some(obj) if obj.deleting => ReadAnswer::FoundDeleting,
+                Some(_) => ReadAnswer::FoundAlive,
+            };
+            // Newest view wins: an answer sent before a newer event never replaces its spec.
+            let view_newer = inc.view_seq > sent.seq;
+            if let Some(obj) = found.as_ref().filter(|o| o.uid == *inc.uid()) {
+                inc.set_obj(obj.clone(), sent.seq, models_root);
+            }
+            match read_verdict(cause, answer, view_newer) {
+                ReadVerdict::Confirm(confirmation) => st.verdicts.push(Verdict {
+                    key: key.clone(),
+                    uid: inc.uid().clone(),
+                    decision: Decision::Confirm(confirmation),
+                    evidence_at: sent.at,
+                }),
+                ReadVerdict::Suppress => {
                     inc.life = Life::Observed;
-                    if cause == Cause::PlacementExit {
-                        inc.exit_confirmed = true;
-                    } else {
-                        suppressed.push((inc.uid().clone(), cause));
-                    }
+                    suppressed.push((inc.uid().clone(), cause));
                 }
+                ReadVerdict::AwaitNodeWitness => set_read(inc, ReadState::ModelAnswered { sent }),
+                ReadVerdict::ReadAgain => set_read(inc, ReadState::Due),
             }
         }
-        self.stats.candidates += normalize(slot, st.now);
-        // A uid this node never saw is the live object now: adopt it (below, once the slot is
-        // released).
-        let adopt = found.filter(|obj| !obj.deleting && slot.all().all(|i| i.uid() != &obj.uid && i.is_confirmed()));
+        self.stats.candidates += normalize(slot, st.now, st.seq);
+        // A uid this node never saw, while no incarnation here is alive, is the live object now:
+        // adopt it (below, once the slot is released).
+        let adopt = found.filter(|obj| {
+            !obj.deleting
+                && slot.all().all(|i| {
+                    i.uid() != &obj.uid && matches!(i.life, Life::PendingConfirm { .. } | Life::Confirmed { .. })
+                })
+        });
         st.dirty.push(key.clone());
         for (uid, cause) in suppressed {
             self.stats.phantom_deletes_suppressed += 1;
             st.notes.push(Note::PhantomSuppressed { key: key.clone(), uid, cause });
         }
-        self.note_confirmed(st, confirmed);
         if let Some(obj) = adopt {
-            self.on_object(st, Arc::unwrap_or_clone(obj));
+            self.on_object(st, Arc::unwrap_or_clone(obj), sent.seq);
         }
     }
 
@@ -114,7 +147,7 @@ impl State {
         keys: &[ModelKey],
         kind: Kind,
         reason: &str,
-        shared: bool,
+        coalesced: bool,
     ) {
         let config = self.config.clone();
         // One delay for a whole LIST keeps its retry coalesced (O(kinds) calls, not O(models)).
@@ -122,16 +155,13 @@ impl State {
         let mut last_delay = None;
         for key in keys {
             let Some(slot) = self.slots.get_mut(key).map(Arc::make_mut) else { continue };
-            for inc in slot.all_mut() {
-                if !inc.awaits(id) {
-                    continue;
-                }
+            for inc in slot.all_mut().filter(|i| i.awaits(id)) {
                 let Life::PendingConfirm { attempt, read, .. } = &mut inc.life else { continue };
                 let delay = match shared_delay {
                     Some(d) => d,
                     None => backoff_ms(*attempt, config.retry_delay_ms_min, config.retry_delay_ms_max, &mut self.prng),
                 };
-                if shared {
+                if coalesced {
                     shared_delay = Some(delay);
                 }
                 *attempt = attempt.saturating_add(1);
@@ -141,33 +171,8 @@ impl State {
             }
         }
         if let Some(retry_in_ms) = last_delay {
-            let key = (!shared).then(|| keys.first().cloned()).flatten();
+            let key = (!coalesced).then(|| keys.first().cloned()).flatten();
             st.notes.push(Note::ReadFailed { key, kind, reason: reason.to_string(), retry_in_ms });
-        }
-    }
-
-    pub(super) fn read_timed_out(&mut self, st: &mut Step, id: EffectId) {
-        let reason = format!("live read timed out after {} ms", self.config.live_read_timeout_ms);
-        match self.inflight.get(&id).cloned() {
-            Some(Owner::Get { key, .. }) => {
-                self.inflight.remove(&id);
-                self.stats.reads_timed_out += 1;
-                self.stats.reads_failed += 1;
-                self.read_failed(st, id, std::slice::from_ref(&key), key.kind, &reason, false);
-            }
-            Some(Owner::List { kind, keys, drift, .. }) => {
-                self.inflight.remove(&id);
-                if self.kinds[kind.index()].list_inflight == Some(id) {
-                    self.kinds[kind.index()].list_inflight = None;
-                }
-                self.stats.reads_timed_out += 1;
-                self.stats.reads_failed += 1;
-                self.read_failed(st, id, &keys, kind, &reason, true);
-                if drift {
-                    self.orphan_check = None;
-                }
-            }
-            _ => {}
         }
     }
 
@@ -184,14 +189,15 @@ impl State {
             }
             if sync.due.len() >= self.config.coalesce_keys_min {
                 touched.extend(sync.pending.iter().cloned());
-                self.issue_list(st, kind, false);
+                self.issue_list(st, kind, ListPurpose::Candidates);
             } else {
                 for key in sorted(sync.due.iter().cloned().collect()) {
                     let deadline = st.now.plus_ms(self.config.live_read_timeout_ms);
+                    let sent = Sent { seq: st.seq, at: st.now };
                     let id = self.emit(
                         st,
                         Op::LiveGet { key: key.clone() },
-                        Some(Owner::Get { key: key.clone(), deadline }),
+                        Some(Owner::Get { key: key.clone(), deadline, sent }),
                     );
                     self.set_timer(deadline, TimerKey::ReadDeadline(id));
                     self.stats.live_gets += 1;
@@ -210,7 +216,7 @@ impl State {
 
     /// A quorum LIST of `kind` that answers every incarnation of the kind pending now whose read
     /// is not in flight (due or backing off: answering early is harmless).
-    pub(super) fn issue_list(&mut self, st: &mut Step, kind: Kind, drift: bool) -> EffectId {
+    pub(super) fn issue_list(&mut self, st: &mut Step, kind: Kind, purpose: ListPurpose) -> EffectId {
         let keys = sorted(self.kinds[kind.index()].pending.iter().cloned().collect());
         let deadline = st.now.plus_ms(self.config.live_read_timeout_ms);
         let id = self.effect_id();
@@ -229,7 +235,8 @@ impl State {
                 st.dirty.push(key.clone());
             }
         }
-        let owner = Owner::List { kind, keys: Arc::new(covered), drift, deadline };
+        let sent = Sent { seq: st.seq, at: st.now };
+        let owner = Owner::List { kind, keys: Arc::new(covered), purpose, deadline, sent };
         self.inflight.insert(id, owner);
         st.out.push(Effect { id, op: Op::LiveList { kind } });
         self.set_timer(deadline, TimerKey::ReadDeadline(id));

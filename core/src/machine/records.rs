@@ -10,21 +10,38 @@ use crate::model::{ModelObject, Uid};
 use crate::time::Instant;
 use crate::wire::ModelStatus;
 
-/// Where an incarnation stands on existence. (A `Suppressed` candidate — a live read found the
-/// same uid alive — goes straight back to `Observed` in the same step; it is counted and noted.)
+/// Where an incarnation stands on existence and placement (core.md's tables; `tables.rs`).
+/// A `Suppressed` candidate (a live read found the same uid alive) goes straight back to
+/// `Observed` in the same step; it is counted and noted.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Life {
     Observed,
+    /// Something about this uid awaits live evidence before anything is removed.
     PendingConfirm {
         cause: Cause,
         attempt: u32,
         since: Instant,
+        /// The step that made it pending: evidence must be sent after it.
+        since_seq: u64,
+        /// Evidence sent before this instant does not count (the blast-radius breaker's hold).
+        fresh_after: Instant,
         read: ReadState,
     },
+    /// Alive, but two live witnesses agree it no longer places here: withdraw from this node.
+    /// Leaves when a newer view places it here again, or the uid is deleted.
+    Withdrawn,
     /// Gone for good (uids are never reused): cleanup runs, then the record is dropped.
     Confirmed {
         confirmation: Confirmation,
     },
+}
+
+/// When a request was sent: the step (orders it against events of the same millisecond) and
+/// the instant (for the breaker's hold).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Sent {
+    pub seq: u64,
+    pub at: Instant,
 }
 
 /// The live read of a pending incarnation.
@@ -32,10 +49,13 @@ pub enum Life {
 pub enum ReadState {
     /// To be read now (a GET, or part of a LIST).
     Due,
-    /// Backing off after a failed read.
+    /// Backing off after a failed read, or held by the breaker.
     Waiting { at: Instant },
     /// Answered only by the read with this id: a read issued before the candidate never answers it.
     InFlight { id: EffectId },
+    /// A placement exit whose model read (sent then) found the uid alive: the second witness,
+    /// a live read of this Node, decides.
+    ModelAnswered { sent: Sent },
 }
 
 /// What this agent believes is on the wire (node label and ConfigMap entry) for an incarnation.
@@ -85,14 +105,15 @@ pub struct Incarnation {
     pub fetched: Fetched,
     /// Directory beneath the models root that this agent downloaded for this uid.
     pub owned_dir: Option<String>,
-    /// A live read confirmed the model no longer places here: withdraw.
-    pub exit_confirmed: bool,
+    /// The step whose event gave `obj`: a read sent before it never replaces `obj` (newest view
+    /// wins).
+    pub view_seq: u64,
     pub inflight: Option<EffectId>,
     /// Consecutive failed effects, for backoff; reset on success.
     pub failures: u32,
     pub blocked_until: Option<Instant>,
-    /// Step sequence number of the last effect outcome or of creation: a snapshot requested
-    /// before it is stale for this incarnation (milliseconds cannot order events of one instant).
+    /// Step of the last effect outcome or of creation: a snapshot requested before it is stale
+    /// for this incarnation (milliseconds cannot order events of one instant).
     pub changed_seq: u64,
     /// The instant registered in the timer set for this incarnation.
     pub timer_at: Option<Instant>,
@@ -107,7 +128,7 @@ impl Incarnation {
             published: Published::Unknown,
             fetched: Fetched::No,
             owned_dir: None,
-            exit_confirmed: false,
+            view_seq: seq,
             inflight: None,
             failures: 0,
             blocked_until: None,
@@ -116,12 +137,16 @@ impl Incarnation {
         }
     }
 
-    /// Take a fresher copy of the same object.
-    pub fn set_obj(&mut self, obj: Arc<ModelObject>, models_root: &str) {
+    /// Take a view of the same object that arrived at step `seq`, unless a newer one is kept.
+    pub fn set_obj(&mut self, obj: Arc<ModelObject>, seq: u64, models_root: &str) {
+        if seq < self.view_seq {
+            return;
+        }
         if obj.spec != self.obj.spec {
             self.dest = dest_of(&obj, models_root);
         }
         self.obj = obj;
+        self.view_seq = seq;
     }
 
     /// Count one more failed effect; the backoff delay before the next attempt.
@@ -149,6 +174,18 @@ impl Incarnation {
 
     pub fn is_confirmed(&self) -> bool {
         matches!(self.life, Life::Confirmed { .. })
+    }
+
+    /// A placement exit waiting for the Node witness.
+    pub fn awaits_node_witness(&self) -> bool {
+        matches!(self.life, Life::PendingConfirm { read: ReadState::ModelAnswered { .. }, .. })
+    }
+
+    /// Might this incarnation have a label, an entry or weights on this node?
+    pub fn something_here(&self) -> bool {
+        !matches!(self.published, Published::Nothing | Published::Unknown)
+            || self.owned_dir.is_some()
+            || self.inflight.is_some()
     }
 
     /// Might this incarnation have a label on the node? Conservative: unknown counts as yes.

@@ -1,5 +1,8 @@
 //! Settling a step: placement-exit marks, reads, and the next effect of every touched model.
 
+use super::evidence::decide_exit;
+use super::tables::{PlacementStep, placement_step};
+use super::watch::displace;
 use super::*;
 
 impl State {
@@ -12,41 +15,55 @@ impl State {
         dirty.sort_unstable();
         dirty.dedup();
         for key in &dirty {
-            self.prepare_key(st.now, key);
+            self.prepare_key(st, key);
         }
+        // Exits begun above count before any read for them is sent.
+        self.count_candidates(st);
+        self.issue_node_read(st);
         let mut touched = self.issue_reads(st);
         touched.extend(dirty);
+        touched.extend(std::mem::take(&mut st.dirty));
         touched.sort();
         touched.dedup();
         for key in &touched {
             self.settle_key(st, key);
         }
-        // Keys marked while issuing reads were driven above.
-        debug_assert!(st.dirty.iter().all(|k| touched.binary_search(k).is_ok()));
     }
 
-    /// With one lookup: a model that no longer places here but may have something on the node
-    /// is re-read before anything is withdrawn (not a deletion candidate); then the indexes.
-    pub(super) fn prepare_key(&mut self, now: Instant, key: &ModelKey) {
-        let node = self.node.as_deref();
-        let sync = &mut self.kinds[key.kind.index()];
-        let Some(slot) = self.slots.get_mut(key).map(Arc::make_mut) else {
+    /// With one lookup: placement changes of the current incarnation (`placement_step`), exits
+    /// decided by the Node witness, and the indexes.
+    pub(super) fn prepare_key(&mut self, st: &mut Step, key: &ModelKey) {
+        let State { slots, kinds, node, node_reads, breaker, stats, .. } = self;
+        let sync = &mut kinds[key.kind.index()];
+        let Some(slot) = slots.get_mut(key).map(Arc::make_mut) else {
             reindex_slot(sync, key, None);
+            node_reads.waiting.remove(key);
             return;
         };
-        if let Some(inc) = slot.current.as_mut().filter(|i| i.life == Life::Observed) {
-            match eligible_now(inc, node) {
-                Some(true) => inc.exit_confirmed = false,
-                Some(false) if !inc.exit_confirmed => {
-                    let something_here = !matches!(inc.published, Published::Nothing | Published::Unknown)
-                        || inc.owned_dir.is_some()
-                        || inc.inflight.is_some();
-                    if something_here {
-                        inc.life = pending(Cause::PlacementExit, now);
-                    }
+        if let Some(inc) = slot.current.as_mut() {
+            let eligible = eligible_now(inc, node.as_deref());
+            match placement_step(&inc.life, eligible, inc.something_here()) {
+                PlacementStep::Stay => {}
+                PlacementStep::Exit => {
+                    inc.life = pending(Cause::PlacementExit, st.now, st.seq);
+                    st.candidates_here += 1;
                 }
-                _ => {}
+                PlacementStep::Return => {
+                    if inc.is_pending() {
+                        st.notes.push(Note::ExitCancelled { key: key.clone(), uid: inc.uid().clone() });
+                    }
+                    inc.life = Life::Observed;
+                }
             }
+        }
+        let mut waits = false;
+        for inc in slot.all_mut() {
+            waits |= decide_exit(node_reads, breaker, stats, st, inc);
+        }
+        if waits {
+            node_reads.waiting.insert(key.clone());
+        } else {
+            node_reads.waiting.remove(key);
         }
         reindex_slot(sync, key, Some(slot));
     }
@@ -63,8 +80,14 @@ impl State {
         };
         let slot = Arc::make_mut(shared);
         let mut emitter = Emitter { next_id: effect_id_next, inflight, out: &mut st.out, notes: &mut st.notes };
-        let env =
-            Env { node: node.as_deref(), root: root.as_ref(), config, shutting_down: *shutting_down, now: st.now };
+        let env = Env {
+            node: node.as_deref(),
+            root: root.as_ref(),
+            config,
+            shutting_down: *shutting_down,
+            now: st.now,
+            seq: st.seq,
+        };
         drive(&env, &mut emitter, timers, stats, key, slot);
         sync_timers(timers, key, slot);
         if slot.is_empty() {
@@ -83,6 +106,7 @@ pub(super) struct Env<'a> {
     pub(super) config: &'a Config,
     pub(super) shutting_down: bool,
     pub(super) now: Instant,
+    pub(super) seq: u64,
 }
 
 /// Emit the next effect of every incarnation of `key` that is free to act, and drop the
@@ -156,7 +180,7 @@ pub(super) fn drive(
         stats.cleanups_done += 1;
     }
     if !finished.is_empty() {
-        stats.candidates += normalize(slot, env.now);
+        stats.candidates += normalize(slot, env.now, env.seq);
     }
 }
 
@@ -164,22 +188,20 @@ pub(super) fn drive(
 /// current one. A former found alive by a live read displaces the current; an empty or
 /// confirmed-gone current gives way. A displaced `Observed` current becomes a candidate in turn
 /// (returns how many), since two uids cannot both be alive under one name.
-pub(super) fn normalize(slot: &mut Slot, now: Instant) -> u64 {
+pub(super) fn normalize(slot: &mut Slot, now: Instant, seq: u64) -> u64 {
     let Some(pos) = slot.former.iter().position(|f| f.life == Life::Observed) else { return 0 };
     let revived = slot.former.remove(pos);
     let mut candidates = 0;
-    if let Some(mut displaced) = slot.current.replace(revived) {
-        if displaced.life == Life::Observed {
-            displaced.life = pending(Cause::UidChanged, now);
+    if let Some(displaced) = slot.current.replace(revived) {
+        slot.former.push(displaced);
+        if displace(slot.former.last_mut().expect("just pushed"), now, seq) {
             candidates += 1;
         }
-        slot.former.push(displaced);
     }
     debug_assert!(slot.former.iter().all(|f| f.life != Life::Observed), "one live incarnation per name");
     candidates
 }
 
-/// The slot remembers what is indexed, so the sets are only touched when membership changes.
 pub(super) fn reindex_slot(sync: &mut KindSync, key: &ModelKey, slot: Option<&mut Slot>) {
     let Some(slot) = slot else {
         sync.pending.remove(key);

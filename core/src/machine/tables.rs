@@ -1,9 +1,12 @@
-//! The life-cycle tables as pure functions: what an incarnation should look like on this node
-//! (`want`), and the next effect that brings it there (`next_op`).
+//! The life-cycle tables of core.md as pure functions, one match arm per row: what a candidate
+//! event does (`on_candidate`), what a live read's answer does (`read_verdict`), what a change of
+//! placement does (`placement_step`), what the Node witness decides (`witness_verdict`), what an
+//! incarnation should look like on this node (`want`), and the next effect that brings it there
+//! (`next_op`).
 
 use std::sync::Arc;
 
-use super::io::{Op, RootProbe};
+use super::io::{Cause, Confirmation, Op, RootProbe};
 use super::records::{Fetched, Incarnation, Life, Plan, Published};
 use crate::model::ModelKey;
 use crate::placement::{NodeView, placement};
@@ -49,9 +52,109 @@ pub fn eligible_now(inc: &Incarnation, node: Option<&NodeView>) -> Option<bool> 
     }
 }
 
+/// An event that questions an incarnation's existence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CandidateEvent {
+    /// Watch DELETED, relist-vanished, or another uid under the name.
+    Questioned(Cause),
+    /// The object carries a deletionTimestamp.
+    MarkedDeleting,
+}
+
+/// What a candidate event does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CandidateStep {
+    /// No change (already pending or confirmed: a second candidate adds no read).
+    Stay,
+    /// PendingConfirm with a live read.
+    Pend(Cause),
+    /// Positive evidence: confirmed (through the breaker).
+    Confirm(Confirmation),
+}
+
+/// core.md, first table: an event on a model in state Observed (or Withdrawn: alive, withdrawn).
+pub fn on_candidate(life: &Life, event: CandidateEvent) -> CandidateStep {
+    match (life, event) {
+        (Life::Observed | Life::Withdrawn, CandidateEvent::Questioned(cause)) => CandidateStep::Pend(cause),
+        (Life::Observed | Life::Withdrawn | Life::PendingConfirm { .. }, CandidateEvent::MarkedDeleting) => {
+            CandidateStep::Confirm(Confirmation::Deleting)
+        }
+        (Life::PendingConfirm { .. } | Life::Confirmed { .. }, CandidateEvent::Questioned(_)) => CandidateStep::Stay,
+        (Life::Confirmed { .. }, CandidateEvent::MarkedDeleting) => CandidateStep::Stay,
+    }
+}
+
+/// What a live read says about one pending uid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadAnswer {
+    NotFound,
+    FoundOther,
+    FoundDeleting,
+    FoundAlive,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadVerdict {
+    Confirm(Confirmation),
+    /// A phantom: the uid is alive (counted and noted), back to Observed.
+    Suppress,
+    /// A placement exit's model witness agrees: the Node witness decides.
+    AwaitNodeWitness,
+    /// The answer was sent before a newer view of the model arrived: read again.
+    ReadAgain,
+}
+
+/// core.md, second table: a live read answering a PendingConfirm. (A failed or timed-out read
+/// is a retry with backoff, in `read_failed`: never a verdict.)
+pub fn read_verdict(cause: Cause, answer: ReadAnswer, view_newer_than_read: bool) -> ReadVerdict {
+    match (answer, cause) {
+        (ReadAnswer::NotFound, _) => ReadVerdict::Confirm(Confirmation::NotFound),
+        (ReadAnswer::FoundOther, _) => ReadVerdict::Confirm(Confirmation::Replaced),
+        (ReadAnswer::FoundDeleting, _) => ReadVerdict::Confirm(Confirmation::Deleting),
+        (ReadAnswer::FoundAlive, Cause::PlacementExit) if view_newer_than_read => ReadVerdict::ReadAgain,
+        (ReadAnswer::FoundAlive, Cause::PlacementExit) => ReadVerdict::AwaitNodeWitness,
+        (ReadAnswer::FoundAlive, _) => ReadVerdict::Suppress,
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlacementStep {
+    Stay,
+    /// Stopped matching with something here: PendingConfirm(PlacementExit), two witnesses.
+    Exit,
+    /// Matches again: back to Observed (trusting a view is never destructive).
+    Return,
+}
+
+/// Placement changes, from the newest views of the model and of the Node.
+pub fn placement_step(life: &Life, eligible: Option<bool>, something_here: bool) -> PlacementStep {
+    match (life, eligible) {
+        (Life::Observed, Some(false)) if something_here => PlacementStep::Exit,
+        (Life::PendingConfirm { cause: Cause::PlacementExit, .. }, Some(true)) => PlacementStep::Return,
+        (Life::Withdrawn, Some(true)) => PlacementStep::Return,
+        _ => PlacementStep::Stay,
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WitnessVerdict {
+    /// The live Node still places the model: the Node watch lagged; cancel the exit.
+    Cancel,
+    /// Both witnesses agree: withdraw (through the breaker).
+    Withdraw,
+}
+
+/// The second witness of a placement exit: the model's newest spec on the live Node.
+pub fn witness_verdict(eligible_on_live_node: bool) -> WitnessVerdict {
+    match eligible_on_live_node {
+        true => WitnessVerdict::Cancel,
+        false => WitnessVerdict::Withdraw,
+    }
+}
+
 pub fn want(inc: &Incarnation, ctx: &Context) -> Want {
     match inc.life {
-        Life::Confirmed { .. } => return Want::Absent,
+        Life::Confirmed { .. } | Life::Withdrawn => return Want::Absent,
         Life::PendingConfirm { .. } => return Want::Hold,
         Life::Observed => {}
     }
@@ -64,7 +167,8 @@ pub fn want(inc: &Incarnation, ctx: &Context) -> Want {
         Ok(spec) => spec,
     };
     if !placement(spec, node).is_eligible() {
-        return if inc.exit_confirmed { Want::Absent } else { Want::Hold };
+        // Withdrawn only through two witnesses (`placement_step`, `witness_verdict`).
+        return Want::Hold;
     }
     let uri = match &spec.uri {
         Err(reason) => return Want::Failed(reason.clone()),

@@ -4,9 +4,9 @@ use super::*;
 use crate::model::{ModelSpec, requirement};
 use crate::placement::NodeSelectorTerm;
 
-const ROOT: &str = "/mnt/models";
+pub(super) const ROOT: &str = "/mnt/models";
 
-fn obj(key: &ModelKey, uid: &str, uri: &str, path: Option<&str>) -> ModelObject {
+pub(super) fn obj(key: &ModelKey, uid: &str, uri: &str, path: Option<&str>) -> ModelObject {
     ModelObject {
         key: key.clone(),
         uid: Uid::new(uid),
@@ -16,66 +16,70 @@ fn obj(key: &ModelKey, uid: &str, uri: &str, path: Option<&str>) -> ModelObject 
     }
 }
 
-fn deleting(mut o: ModelObject) -> ModelObject {
+pub(super) fn deleting(mut o: ModelObject) -> ModelObject {
     o.deleting = true;
     o
 }
 
-fn local(name: &str, uid: &str) -> ModelObject {
+pub(super) fn local(name: &str, uid: &str) -> ModelObject {
     obj(&ModelKey::cluster(name), uid, &format!("local:///mnt/models/{name}"), None)
 }
 
-fn hf(name: &str, uid: &str) -> ModelObject {
+pub(super) fn hf(name: &str, uid: &str) -> ModelObject {
     obj(&ModelKey::cluster(name), uid, "hf://org/repo", Some(&format!("/mnt/models/{name}")))
 }
 
-fn node(labels: &[(&str, &str)]) -> NodeView {
+pub(super) fn node(labels: &[(&str, &str)]) -> NodeView {
     NodeView { name: "node-1".into(), labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() }
 }
 
 /// Drives a core by hand; `auto` answers effects that are not under test.
-struct H {
-    s: State,
-    now: u64,
+pub(super) struct H {
+    pub(super) s: State,
+    pub(super) now: u64,
     /// How `settle` answers root probes.
     writable: bool,
     /// Every note so far.
-    notes: Vec<Note>,
+    pub(super) notes: Vec<Note>,
 }
 
 impl H {
-    fn new() -> H {
+    pub(super) fn new() -> H {
         H::with(Config::new("node-1", ROOT))
     }
 
-    fn with(config: Config) -> H {
+    pub(super) fn with(config: Config) -> H {
         H { s: State::new(config), now: 0, writable: true, notes: Vec::new() }
     }
 
-    fn input(&mut self, input: Input) -> Vec<Effect> {
+    pub(super) fn input(&mut self, input: Input) -> Vec<Effect> {
         let out = self.s.handle(Instant(self.now), input);
         self.notes.extend(out.notes);
         out.effects
     }
 
-    fn advance(&mut self, ms: u64) -> Vec<Effect> {
+    pub(super) fn advance(&mut self, ms: u64) -> Vec<Effect> {
         self.now += ms;
         self.input(Input::Tick)
     }
 
-    fn watch(&mut self, kind: Kind, event: WatchEvent) -> Vec<Effect> {
+    pub(super) fn watch(&mut self, kind: Kind, event: WatchEvent) -> Vec<Effect> {
         self.input(Input::Watch { kind, event })
     }
 
-    fn apply(&mut self, o: ModelObject) -> Vec<Effect> {
+    pub(super) fn apply(&mut self, o: ModelObject) -> Vec<Effect> {
         let kind = o.key.kind;
         self.watch(kind, WatchEvent::Applied(o))
     }
 
     /// Node observed, root probed (writable or not), both kinds listed with `objs`.
-    fn start(&mut self, writable: bool, objs: Vec<ModelObject>) -> Vec<Effect> {
+    pub(super) fn start(&mut self, writable: bool, objs: Vec<ModelObject>) -> Vec<Effect> {
+        self.start_on(node(&[]), writable, objs)
+    }
+
+    pub(super) fn start_on(&mut self, node: NodeView, writable: bool, objs: Vec<ModelObject>) -> Vec<Effect> {
         self.writable = writable;
-        let mut out = self.input(Input::NodeObserved(node(&[])));
+        let mut out = self.input(Input::NodeObserved(node));
         out.extend(self.answer_probes(&out.clone(), writable));
         for kind in Kind::ALL {
             out.extend(self.watch(kind, WatchEvent::RelistStarted));
@@ -87,7 +91,7 @@ impl H {
         out
     }
 
-    fn answer_probes(&mut self, effects: &[Effect], writable: bool) -> Vec<Effect> {
+    pub(super) fn answer_probes(&mut self, effects: &[Effect], writable: bool) -> Vec<Effect> {
         let mut out = Vec::new();
         for e in effects {
             if e.op == Op::ProbeRoot {
@@ -99,7 +103,7 @@ impl H {
 
     /// Complete every publish/fetch/cleanup effect successfully, and every snapshot with an
     /// empty node, until nothing more comes (reads are left to the test).
-    fn settle(&mut self, mut effects: Vec<Effect>) -> Vec<Effect> {
+    pub(super) fn settle(&mut self, mut effects: Vec<Effect>) -> Vec<Effect> {
         let mut all = Vec::new();
         for _ in 0..100 {
             let mut next = Vec::new();
@@ -128,27 +132,27 @@ impl H {
         panic!("effects did not settle");
     }
 
-    fn view(&self, key: &ModelKey, uid: &str) -> IncarnationView {
+    pub(super) fn view(&self, key: &ModelKey, uid: &str) -> IncarnationView {
         self.s.incarnation(key, &Uid::new(uid)).unwrap_or_else(|| panic!("no incarnation {key} {uid}"))
     }
 }
 
-fn gets(effects: &[Effect]) -> Vec<(EffectId, ModelKey)> {
+pub(super) fn gets(effects: &[Effect]) -> Vec<(EffectId, ModelKey)> {
     effects
         .iter()
         .filter_map(|e| if let Op::LiveGet { key } = &e.op { Some((e.id, key.clone())) } else { None })
         .collect()
 }
 
-fn lists(effects: &[Effect]) -> Vec<(EffectId, Kind)> {
+pub(super) fn lists(effects: &[Effect]) -> Vec<(EffectId, Kind)> {
     effects.iter().filter_map(|e| if let Op::LiveList { kind } = &e.op { Some((e.id, *kind)) } else { None }).collect()
 }
 
-fn destructive(effects: &[Effect]) -> Vec<&Op> {
+pub(super) fn destructive(effects: &[Effect]) -> Vec<&Op> {
     effects.iter().map(|e| &e.op).filter(|op| op.is_destructive()).collect()
 }
 
-fn published(effects: &[Effect]) -> Vec<(ModelStatus, Option<String>)> {
+pub(super) fn published(effects: &[Effect]) -> Vec<(ModelStatus, Option<String>)> {
     effects
         .iter()
         .filter_map(|e| match &e.op {
@@ -158,14 +162,20 @@ fn published(effects: &[Effect]) -> Vec<(ModelStatus, Option<String>)> {
         .collect()
 }
 
-fn one_get(effects: &[Effect]) -> EffectId {
+pub(super) fn one_node_get(effects: &[Effect]) -> EffectId {
+    let ids: Vec<EffectId> = effects.iter().filter(|e| e.op == Op::LiveGetNode).map(|e| e.id).collect();
+    assert_eq!(ids.len(), 1, "one live read of the Node: {effects:?}");
+    ids[0]
+}
+
+pub(super) fn one_get(effects: &[Effect]) -> EffectId {
     let g = gets(effects);
     assert_eq!(g.len(), 1, "expected one LiveGet in {effects:#?}");
     g[0].0
 }
 
 /// A node with one Ready local:// model `m`.
-fn ready_local() -> (H, ModelKey) {
+pub(super) fn ready_local() -> (H, ModelKey) {
     let mut h = H::new();
     let e = h.start(false, vec![local("m", "u1")]);
     h.settle(e);
@@ -175,14 +185,14 @@ fn ready_local() -> (H, ModelKey) {
 }
 
 /// Milliseconds until the pending read of `key`'s incarnation `uid` is retried.
-fn read_retry_in(h: &H, key: &ModelKey, uid: &str) -> u64 {
+pub(super) fn read_retry_in(h: &H, key: &ModelKey, uid: &str) -> u64 {
     match h.view(key, uid).life {
         Life::PendingConfirm { read: ReadState::Waiting { at }, .. } => at.as_ms() - h.now,
         other => panic!("not backing off: {other:?}"),
     }
 }
 
-fn pending_cause(v: &IncarnationView) -> Option<(Cause, u32)> {
+pub(super) fn pending_cause(v: &IncarnationView) -> Option<(Cause, u32)> {
     match v.life {
         Life::PendingConfirm { cause, attempt, .. } => Some((cause, attempt)),
         _ => None,
@@ -229,7 +239,7 @@ fn observed_applied_with_deletion_timestamp_is_confirmed_deleting_and_cleaned() 
 
 // ---- Table 2: live read results for a PendingConfirm model ---------------------------------
 
-fn pending_local() -> (H, ModelKey, EffectId) {
+pub(super) fn pending_local() -> (H, ModelKey, EffectId) {
     let (mut h, key) = ready_local();
     let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("m", "u1")));
     let id = one_get(&e);
@@ -391,11 +401,18 @@ fn a_relist_storm_is_answered_by_one_list_per_kind() {
         out.extend(h.input(Input::LiveList { id, result: ListResult::Listed(listed) }));
     }
     assert_eq!(h.s.stats().phantom_deletes_suppressed, 149);
-    let d = destructive(&out);
-    assert_eq!(d.len(), 1);
-    assert!(matches!(d[0], Op::Unpublish { key, .. } if &*key.name == "c7"));
     assert_eq!(h.s.stats().live_gets, 0);
     assert_eq!(h.s.stats().live_lists, 2);
+    // 150 of 150 models became candidates at once: the breaker holds c7's cleanup until fresh
+    // reads after the hold confirm it.
+    assert!(destructive(&out).is_empty());
+    assert!(h.notes.iter().any(|n| matches!(n, Note::BreakerTripped { candidates: 150, placed: 150, .. })));
+    assert!(h.notes.iter().any(|n| matches!(n, Note::BreakerHeld { key, .. } if &*key.name == "c7")));
+    let e = h.advance(300_000);
+    let id = one_get(&e);
+    let out = h.input(Input::LiveRead { id, result: ReadResult::NotFound });
+    let d = destructive(&out);
+    assert!(matches!(d[..], [Op::Unpublish { key, .. }] if &*key.name == "c7"), "{d:?}");
 }
 
 #[test]
@@ -700,7 +717,7 @@ fn a_model_seen_deleting_at_start_is_cleaned_up() {
 
 // ---- Placement --------------------------------------------------------------------------------
 
-fn gpu_only(mut o: ModelObject) -> ModelObject {
+pub(super) fn gpu_only(mut o: ModelObject) -> ModelObject {
     let spec = Arc::make_mut(o.spec.as_mut().unwrap());
     spec.required_terms =
         vec![NodeSelectorTerm { match_expressions: vec![requirement("gpu", "In", &["h100"])], match_fields: vec![] }];
@@ -728,11 +745,14 @@ fn placement_moving_away_is_confirmed_then_cleans_up_this_node_only() {
     let id = one_get(&e);
     let e = h.input(Input::LiveRead { id, result: ReadResult::Found(m.clone()) });
     assert_eq!(h.s.stats().phantom_deletes_suppressed, 0, "not a phantom delete");
+    assert!(destructive(&e).is_empty(), "the model witness alone is not enough");
+    let id = one_node_get(&e);
+    let e = h.input(Input::NodeRead { id, result: NodeReadResult::Found(node(&[])) });
     let all = h.settle(e);
     let d = destructive(&all);
     assert!(matches!(d[..], [Op::Unpublish { remove_label: true, .. }, Op::TrashDir { .. }]), "{d:?}");
     let v = h.view(&key, "u1");
-    assert_eq!(v.life, Life::Observed, "the model itself lives on");
+    assert_eq!(v.life, Life::Withdrawn, "the model itself lives on, withdrawn from this node");
     assert_eq!(v.published, Published::Nothing);
     // Placed here again: it comes back.
     let e = h.input(Input::NodeObserved(node(&[("gpu", "h100")])));
@@ -750,7 +770,7 @@ fn models_never_placed_here_cause_no_effects() {
 
 // ---- Drift ------------------------------------------------------------------------------------
 
-fn snapshot_request(effects: &[Effect]) -> EffectId {
+pub(super) fn snapshot_request(effects: &[Effect]) -> EffectId {
     effects.iter().find(|e| e.op == Op::Snapshot).expect("a snapshot request").id
 }
 

@@ -26,7 +26,11 @@ impl State {
                         st.dirty.push(key);
                     }
                 }
-                TimerKey::ReadDeadline(id) => self.read_timed_out(st, id),
+                TimerKey::ReadDeadline(id) => match self.inflight.get(&id) {
+                    Some(Owner::NodeGet { .. }) => self.on_node_read(st, id, None),
+                    _ => self.finish_read(st, id, reads::ReadEnd::TimedOut),
+                },
+                TimerKey::NodeReadRetry => self.node_reads.retry_at = None,
                 TimerKey::RootProbe => {
                     // Any probe answer is news, whichever request it answers: no owner is kept,
                     // so unanswered probes leave nothing behind.
@@ -39,7 +43,7 @@ impl State {
                     if let Some(old) = self.snapshot_inflight.take() {
                         self.inflight.remove(&old);
                     }
-                    let requested_seq = self.effect_id_next;
+                    let requested_seq = st.seq;
                     let id = self.emit(st, Op::Snapshot, Some(Owner::Snapshot { requested_seq }));
                     self.snapshot_inflight = Some(id);
                     let period = self.config.drift_period_ms;

@@ -1,21 +1,22 @@
 //! Watch events: objects seen alive, deletion candidates, relist boundaries.
 
+use super::tables::{CandidateEvent, CandidateStep, on_candidate};
 use super::*;
 
 impl State {
     pub(super) fn on_watch(&mut self, st: &mut Step, kind: Kind, event: WatchEvent) {
         let sync = &mut self.kinds[kind.index()];
         match event {
-            WatchEvent::Applied(obj) if obj.key.kind == kind => self.on_object(st, obj),
+            WatchEvent::Applied(obj) if obj.key.kind == kind => self.on_object(st, obj, st.seq),
             WatchEvent::Deleted(obj) if obj.key.kind == kind => {
-                self.make_candidate(st, &obj.key, Some(&obj.uid), Cause::WatchDeleted);
+                self.candidate(st, &obj.key, Some(&obj.uid), CandidateEvent::Questioned(Cause::WatchDeleted));
             }
             WatchEvent::RelistStarted => sync.relisting = Some(Set::default()),
             WatchEvent::RelistItem(obj) if obj.key.kind == kind => {
                 if let Some(seen) = &mut sync.relisting {
                     seen.insert(obj.key.clone());
                 }
-                self.on_object(st, obj);
+                self.on_object(st, obj, st.seq);
             }
             WatchEvent::RelistDone => {
                 if let Some(seen) = sync.relisting.take() {
@@ -25,12 +26,14 @@ impl State {
                         .filter(|(k, s)| {
                             k.kind == kind
                                 && !seen.contains(*k)
-                                && s.current.as_ref().is_some_and(|c| c.life == Life::Observed)
+                                && s.current
+                                    .as_ref()
+                                    .is_some_and(|c| matches!(c.life, Life::Observed | Life::Withdrawn))
                         })
                         .map(|(k, _)| k.clone())
                         .collect();
                     for key in sorted(vanished) {
-                        self.make_candidate(st, &key, None, Cause::RelistVanished);
+                        self.candidate(st, &key, None, CandidateEvent::Questioned(Cause::RelistVanished));
                     }
                 }
                 self.kinds[kind.index()].synced = true;
@@ -46,8 +49,8 @@ impl State {
         }
     }
 
-    /// An object seen alive (watch, relist or live read).
-    pub(super) fn on_object(&mut self, st: &mut Step, obj: ModelObject) {
+    /// An object seen alive (watch, relist or live read), as of step `seq`.
+    pub(super) fn on_object(&mut self, st: &mut Step, obj: ModelObject, seq: u64) {
         // The common steady-state event changes nothing the core uses: no work to do.
         // (A read-only look: no copy-on-write path is taken for it.)
         if let Some(inc) = self.slots.get(&obj.key).and_then(|s| s.current.as_ref())
@@ -59,50 +62,72 @@ impl State {
         }
         let key = obj.key.clone();
         let obj = Arc::new(obj);
-        let now = st.now;
         st.dirty.push(key.clone());
         let slot = Arc::make_mut(self.slots.entry(key.clone()).or_insert_with(|| {
             Arc::new(Slot { current: None, former: Vec::new(), indexed_pending: false, indexed_due: false })
         }));
-        let mut confirmed = Vec::new();
         if let Some(inc) = slot.find_mut(&obj.uid) {
             // A uid already known: refresh, unless it is confirmed gone (a stale view).
             if !inc.is_confirmed() {
-                inc.set_obj(obj.clone(), &self.config.models_root);
-                if obj.deleting {
-                    confirm(inc, Confirmation::Deleting, &mut confirmed);
-                }
+                inc.set_obj(obj.clone(), seq, &self.config.models_root);
             }
         } else {
-            let mut inc = Incarnation::new(obj.clone(), self.effect_id_next, &self.config.models_root);
-            if obj.deleting {
-                confirm(&mut inc, Confirmation::Deleting, &mut confirmed);
-            }
-            if let Some(mut old) = slot.current.replace(inc) {
-                if old.life == Life::Observed {
-                    old.life = pending(Cause::UidChanged, now);
-                    self.stats.candidates += 1;
-                }
+            let inc = Incarnation::new(obj.clone(), seq, &self.config.models_root);
+            if let Some(old) = slot.current.replace(inc) {
+                let here = old.something_here();
                 slot.former.push(old);
+                let old = slot.former.last_mut().expect("just pushed");
+                if displace(old, st.now, st.seq) {
+                    self.stats.candidates += 1;
+                    st.candidates_here += u32::from(here);
+                }
             }
         }
-        self.note_confirmed(st, confirmed);
+        if obj.deleting {
+            self.candidate(st, &key, Some(&obj.uid), CandidateEvent::MarkedDeleting);
+        }
     }
 
-    /// The incarnation with `uid` (the current one when `None`) becomes a deletion candidate.
-    /// (Placement exits are marked by `prepare_key` and never counted as candidates.)
-    pub(super) fn make_candidate(&mut self, st: &mut Step, key: &ModelKey, uid: Option<&Uid>, cause: Cause) {
+    /// A candidate event for the incarnation with `uid` (the current one when `None`).
+    pub(super) fn candidate(&mut self, st: &mut Step, key: &ModelKey, uid: Option<&Uid>, event: CandidateEvent) {
         let Some(slot) = self.slots.get_mut(key).map(Arc::make_mut) else { return };
         let inc = match uid {
             Some(uid) => slot.find_mut(uid),
             None => slot.current.as_mut(),
         };
         let Some(inc) = inc else { return };
-        if inc.life == Life::Observed {
-            debug_assert_ne!(cause, Cause::PlacementExit);
-            inc.life = pending(cause, st.now);
-            self.stats.candidates += 1;
-            st.dirty.push(key.clone());
+        let fresh = matches!(inc.life, Life::Observed | Life::Withdrawn);
+        match on_candidate(&inc.life, event) {
+            CandidateStep::Stay => return,
+            CandidateStep::Pend(cause) => inc.life = pending(cause, st.now, st.seq),
+            CandidateStep::Confirm(confirmation) => st.verdicts.push(Verdict {
+                key: key.clone(),
+                uid: inc.uid().clone(),
+                decision: Decision::Confirm(confirmation),
+                evidence_at: st.now,
+            }),
         }
+        if fresh {
+            self.stats.candidates += 1;
+            st.candidates_here += u32::from(inc.something_here());
+        }
+        st.dirty.push(key.clone());
+    }
+}
+
+/// An incarnation displaced by a new uid under its name becomes a candidate (returns whether it
+/// just did): two uids cannot both be alive under one name. A placement exit in progress is
+/// questioned afresh, since its answers now concern another uid.
+pub(super) fn displace(old: &mut Incarnation, now: Instant, seq: u64) -> bool {
+    match old.life {
+        Life::Observed | Life::Withdrawn => {
+            old.life = pending(Cause::UidChanged, now, seq);
+            true
+        }
+        Life::PendingConfirm { cause: Cause::PlacementExit, .. } => {
+            old.life = pending(Cause::UidChanged, now, seq);
+            false
+        }
+        Life::PendingConfirm { .. } | Life::Confirmed { .. } => false,
     }
 }

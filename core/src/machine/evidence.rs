@@ -1,0 +1,170 @@
+//! Evidence before destruction: the blast-radius breaker's count, the one gate every
+//! destructive decision passes, and the second witness of placement exits (a live read of this
+//! agent's Node).
+
+use super::breaker::Count;
+use super::tables::{WitnessVerdict, witness_verdict};
+use super::*;
+
+impl State {
+    /// Count this step's candidates; the breaker may trip before any of them is decided.
+    pub(super) fn count_candidates(&mut self, st: &mut Step) {
+        let candidates = std::mem::take(&mut st.candidates_here);
+        if candidates == 0 {
+            return;
+        }
+        let placed = self.placed_here();
+        if let Count::Tripped { candidates, until } = self.breaker.count(&self.config, st.now, candidates, placed) {
+            st.notes.push(Note::BreakerTripped { candidates, placed, until });
+        }
+    }
+
+    /// Current incarnations with something on this node. O(models), only in steps that made
+    /// candidates.
+    fn placed_here(&self) -> u32 {
+        let placed = self.slots.values().filter(|s| s.current.as_ref().is_some_and(Incarnation::something_here));
+        u32::try_from(placed.count()).unwrap_or(u32::MAX)
+    }
+
+    /// Take this step's destructive decisions, each through the breaker's gate.
+    pub(super) fn apply_verdicts(&mut self, st: &mut Step) {
+        for verdict in std::mem::take(&mut st.verdicts) {
+            let Some(slot) = self.slots.get_mut(&verdict.key).map(Arc::make_mut) else { continue };
+            let Some(inc) = slot.find_mut(&verdict.uid) else { continue };
+            gate(&mut self.breaker, &mut self.stats, st, inc, verdict.decision, verdict.evidence_at);
+            st.dirty.push(verdict.key);
+        }
+    }
+
+    /// A view of this Node as of step `seq` (a watch event, or a live read sent then).
+    pub(super) fn adopt_node(&mut self, st: &mut Step, node: NodeView, seq: u64) {
+        if seq < self.node_seq {
+            return;
+        }
+        self.node_seq = seq;
+        if self.node.as_deref() != Some(&node) {
+            self.node = Some(Arc::new(node));
+            st.dirty.extend(self.slots.keys().cloned());
+        }
+    }
+
+    /// A live read of the Node ended (`None`: it timed out).
+    pub(super) fn on_node_read(&mut self, st: &mut Step, id: EffectId, result: Option<NodeReadResult>) {
+        let Some(Owner::NodeGet { deadline, sent }) = self.inflight.get(&id).cloned() else { return };
+        self.inflight.remove(&id);
+        self.timers.remove(&(deadline, TimerKey::ReadDeadline(id)));
+        if self.node_reads.inflight.is_some_and(|(i, _)| i == id) {
+            self.node_reads.inflight = None;
+        }
+        let reason = match result {
+            Some(NodeReadResult::Found(node)) if node.name == self.config.node_name => {
+                self.node_reads.attempt = 0;
+                self.node_reads.witness = Some(NodeWitness { node: Arc::new(node.clone()), sent });
+                self.node_reads.wanted = false;
+                st.dirty.extend(self.node_reads.waiting.iter().cloned());
+                self.adopt_node(st, node, sent.seq);
+                return;
+            }
+            Some(NodeReadResult::Found(node)) => {
+                format!("the live GET of this Node was answered with Node {}", node.name)
+            }
+            Some(NodeReadResult::Failed(reason)) => reason,
+            None => format!("live read of the Node timed out after {} ms", self.config.live_read_timeout_ms),
+        };
+        let config = &self.config;
+        let delay =
+            backoff_ms(self.node_reads.attempt, config.retry_delay_ms_min, config.retry_delay_ms_max, &mut self.prng);
+        self.node_reads.attempt = self.node_reads.attempt.saturating_add(1);
+        let at = st.now.plus_ms(delay);
+        self.node_reads.retry_at = Some(at);
+        self.set_timer(at, TimerKey::NodeReadRetry);
+        self.stats.reads_failed += 1;
+        st.notes.push(Note::NodeReadFailed { reason, retry_in_ms: delay });
+    }
+
+    /// Ask for a Node witness when a waiting exit needs one and none is in flight.
+    pub(super) fn issue_node_read(&mut self, st: &mut Step) {
+        let reads = &self.node_reads;
+        if !reads.wanted || reads.inflight.is_some() || reads.retry_at.is_some_and(|t| t > st.now) {
+            return;
+        }
+        let sent = Sent { seq: st.seq, at: st.now };
+        let deadline = st.now.plus_ms(self.config.live_read_timeout_ms);
+        let id = self.emit(st, Op::LiveGetNode, Some(Owner::NodeGet { deadline, sent }));
+        self.set_timer(deadline, TimerKey::ReadDeadline(id));
+        self.node_reads.inflight = Some((id, sent));
+        self.stats.live_gets += 1;
+    }
+}
+
+/// The one gate of destruction: a decision whose evidence was sent before the breaker's hold
+/// ends is held, and read again once the hold is over.
+pub(super) fn gate(
+    breaker: &mut Breaker,
+    stats: &mut Stats,
+    st: &mut Step,
+    inc: &mut Incarnation,
+    decision: Decision,
+    evidence_at: Instant,
+) {
+    if inc.is_confirmed() {
+        return;
+    }
+    let key = inc.obj.key.clone();
+    if let Some(until) = breaker.holds(evidence_at) {
+        let (cause, attempt, since, since_seq) = match inc.life {
+            Life::PendingConfirm { cause, attempt, since, since_seq, .. } => (cause, attempt, since, since_seq),
+            _ => (Cause::MarkedDeleting, 0, st.now, st.seq),
+        };
+        inc.life = Life::PendingConfirm {
+            cause,
+            attempt,
+            since,
+            since_seq,
+            fresh_after: until,
+            read: ReadState::Waiting { at: until },
+        };
+        breaker.held += 1;
+        st.notes.push(Note::BreakerHeld { key, uid: inc.uid().clone(), until });
+        return;
+    }
+    match decision {
+        Decision::Confirm(confirmation) => {
+            inc.life = Life::Confirmed { confirmation };
+            stats.deletes_confirmed += 1;
+            st.notes.push(Note::DeleteConfirmed { key, uid: inc.uid().clone(), confirmation });
+        }
+        Decision::Withdraw => inc.life = Life::Withdrawn,
+    }
+}
+
+/// A placement exit whose model read agreed: decide with the Node witness if one was sent after
+/// the exit began (and after any hold); else ask for one. Returns whether it still waits.
+pub(super) fn decide_exit(
+    reads: &mut NodeReads,
+    breaker: &mut Breaker,
+    stats: &mut Stats,
+    st: &mut Step,
+    inc: &mut Incarnation,
+) -> bool {
+    let Life::PendingConfirm { since_seq, fresh_after, read: ReadState::ModelAnswered { sent: model }, .. } = inc.life
+    else {
+        return false;
+    };
+    let Some(witness) = reads.witness.as_ref().filter(|w| w.sent.seq >= since_seq && w.sent.at >= fresh_after) else {
+        reads.wanted = true;
+        return true;
+    };
+    let eligible = inc.obj.spec().is_none_or(|spec| placement(spec, &witness.node).is_eligible());
+    match witness_verdict(eligible) {
+        WitnessVerdict::Cancel => {
+            inc.life = Life::Observed;
+            st.notes.push(Note::ExitCancelled { key: inc.obj.key.clone(), uid: inc.uid().clone() });
+        }
+        WitnessVerdict::Withdraw => {
+            let evidence_at = model.at.min(witness.sent.at);
+            gate(breaker, stats, st, inc, Decision::Withdraw, evidence_at);
+        }
+    }
+    false
+}

@@ -1,0 +1,250 @@
+//! Second edition (core.md, "Views, ordering and evidence"): newest view wins, answers about
+//! something else, two witnesses for placement exits, and the blast-radius breaker.
+
+use super::tests::*;
+use super::*;
+
+fn pool(mut o: ModelObject, value: &str) -> ModelObject {
+    let spec = Arc::make_mut(o.spec.as_mut().unwrap());
+    spec.node_selector = vec![("pool".to_string(), value.to_string())];
+    o
+}
+
+/// `m` Ready here with selector pool=a, on a node labelled pool=a.
+fn ready_in_pool() -> (H, ModelKey, ModelObject) {
+    let mut h = H::new();
+    let m = pool(local("m", "u1"), "a");
+    let e = h.start_on(node(&[("pool", "a")]), false, vec![m.clone()]);
+    h.settle(e);
+    let key = ModelKey::cluster("m");
+    assert_eq!(h.view(&key, "u1").published, Published::Status { status: ModelStatus::Ready, reason: None });
+    (h, key, m)
+}
+
+#[test]
+fn an_older_read_answer_never_undoes_a_newer_watch_view() {
+    let (mut h, key, m) = ready_in_pool();
+    // v2 moves it to pool=b: a placement-exit GET goes out.
+    let e = h.apply(pool(m.clone(), "b"));
+    let id = one_get(&e);
+    // v3 moves it back before the GET answers; the answer carries v2.
+    let e = h.apply(pool(m.clone(), "a"));
+    assert!(destructive(&e).is_empty());
+    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(pool(m.clone(), "b")) });
+    let all = h.settle(e);
+    assert!(destructive(&all).is_empty(), "{all:?}");
+    assert!(all.iter().all(|e| e.op != Op::LiveGetNode));
+    let v = h.view(&key, "u1");
+    assert_eq!(v.life, Life::Observed);
+    assert_eq!(v.published, Published::Status { status: ModelStatus::Ready, reason: None });
+}
+
+#[test]
+fn an_older_read_answer_never_re_places_a_model_a_newer_view_moved_away() {
+    let (mut h, key, m) = ready_in_pool();
+    // A phantom delete: the read is in flight...
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(m.clone()));
+    let id = one_get(&e);
+    // ...the user moves the model off this node, and the older answer still says pool=a.
+    h.apply(pool(m.clone(), "b"));
+    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(m.clone()) });
+    assert_eq!(h.s.stats().phantom_deletes_suppressed, 1);
+    // The newest view (pool=b) stands: a placement exit begins with a fresh read.
+    let id = one_get(&e);
+    assert!(matches!(pending_cause(&h.view(&key, "u1")), Some((Cause::PlacementExit, 0))));
+    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(pool(m.clone(), "b")) });
+    let id = one_node_get(&e);
+    let e = h.input(Input::NodeRead { id, result: NodeReadResult::Found(node(&[("pool", "a")])) });
+    assert!(matches!(destructive(&e)[..], [Op::Unpublish { .. }]), "{e:?}");
+}
+
+#[test]
+fn a_placement_exit_read_sent_before_a_newer_view_is_read_again() {
+    let (mut h, key, m) = ready_in_pool();
+    let e = h.apply(pool(m.clone(), "b"));
+    let id = one_get(&e);
+    // v3 still does not place it here, but arrived after the read was sent.
+    h.apply(pool(m.clone(), "c"));
+    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(pool(m.clone(), "b")) });
+    assert!(destructive(&e).is_empty());
+    let id = one_get(&e);
+    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(pool(m.clone(), "c")) });
+    let id = one_node_get(&e);
+    let e = h.input(Input::NodeRead { id, result: NodeReadResult::Found(node(&[("pool", "a")])) });
+    assert!(matches!(destructive(&e)[..], [Op::Unpublish { .. }]));
+    assert_eq!(h.view(&key, "u1").life, Life::Withdrawn);
+}
+
+#[test]
+fn a_lagging_node_watch_is_overruled_by_the_live_node() {
+    let (mut h, key, m) = ready_in_pool();
+    // The Node watch shows the labels gone; the live Node still has them.
+    let e = h.input(Input::NodeObserved(node(&[])));
+    let id = one_get(&e);
+    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(m.clone()) });
+    let id = one_node_get(&e);
+    let e = h.input(Input::NodeRead { id, result: NodeReadResult::Found(node(&[("pool", "a")])) });
+    assert!(destructive(&e).is_empty());
+    assert!(matches!(&h.notes[..], [.., Note::ExitCancelled { .. }]));
+    assert_eq!(h.view(&key, "u1").life, Life::Observed);
+    // The live Node is newer than the watch's view: it is adopted, so nothing exits again.
+    let e = h.advance(60_000);
+    assert!(gets(&e).is_empty() && destructive(&e).is_empty());
+}
+
+#[test]
+fn a_node_witness_sent_before_the_exit_does_not_count() {
+    let (mut h, _key, m) = ready_in_pool();
+    let e = h.input(Input::NodeObserved(node(&[])));
+    let get = one_get(&e);
+    // A node read answered earlier is no witness: a new one is asked for after the model read.
+    let e = h.input(Input::LiveRead { id: get, result: ReadResult::Found(m.clone()) });
+    let id = one_node_get(&e);
+    let e = h.input(Input::NodeRead { id, result: NodeReadResult::Failed("503".into()) });
+    assert!(destructive(&e).is_empty());
+    assert!(matches!(&h.notes[..], [.., Note::NodeReadFailed { .. }]));
+    let delay = h.s.next_deadline().unwrap().as_ms() - h.now;
+    let e = h.advance(delay);
+    let id = one_node_get(&e);
+    let e = h.input(Input::NodeRead { id, result: NodeReadResult::Found(node(&[])) });
+    assert!(matches!(destructive(&e)[..], [Op::Unpublish { .. }]));
+}
+
+#[test]
+fn a_node_read_answered_with_another_node_is_a_failed_read() {
+    let (mut h, _key, m) = ready_in_pool();
+    let e = h.input(Input::NodeObserved(node(&[])));
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(m.clone()) });
+    let other = NodeView { name: "node-2".into(), labels: Default::default() };
+    let e = h.input(Input::NodeRead { id: one_node_get(&e), result: NodeReadResult::Found(other) });
+    assert!(destructive(&e).is_empty());
+    assert!(matches!(&h.notes[..], [.., Note::NodeReadFailed { reason, .. }] if reason.contains("node-2")));
+}
+
+#[test]
+fn a_get_answered_with_another_object_is_a_failed_read_never_not_found() {
+    let (mut h, key) = ready_local();
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("m", "u1")));
+    let id = one_get(&e);
+    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(local("other", "u9")) });
+    assert!(destructive(&e).is_empty());
+    assert!(matches!(pending_cause(&h.view(&key, "u1")), Some((Cause::WatchDeleted, 1))));
+    assert!(matches!(&h.notes[..], [.., Note::ReadFailed { reason, .. }] if reason.contains("ClusterBaseModel/other")));
+}
+
+#[test]
+fn a_list_holding_an_item_of_another_kind_is_a_failed_read() {
+    let mut h = H::with(Config { coalesce_keys_min: 1, ..Config::new("node-1", ROOT) });
+    let e = h.start(false, vec![local("m", "u1")]);
+    h.settle(e);
+    let key = ModelKey::cluster("m");
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("m", "u1")));
+    let (id, _) = lists(&e)[0];
+    let stray = obj(&ModelKey::namespaced("ns", "x"), "ux", "vendor://a/b/c", None);
+    let e = h.input(Input::LiveList { id, result: ListResult::Listed(vec![stray]) });
+    assert!(destructive(&e).is_empty());
+    assert!(matches!(pending_cause(&h.view(&key, "u1")), Some((Cause::WatchDeleted, 1))));
+}
+
+/// 20 models placed here, 12 of them by selector pool=a.
+fn fleet_in_pool() -> (H, Vec<ModelObject>) {
+    let mut h = H::new();
+    let objs: Vec<ModelObject> = (0..20)
+        .map(|i| {
+            let o = local(&format!("m{i}"), &format!("u{i}"));
+            if i < 12 { pool(o, "a") } else { o }
+        })
+        .collect();
+    let e = h.start_on(node(&[("pool", "a")]), false, objs.clone());
+    h.settle(e);
+    (h, objs)
+}
+
+/// Answer every read the core asks for from `live` (objects) and `live_node`, until quiet.
+fn answer_reads(h: &mut H, mut e: Vec<Effect>, live: &[ModelObject], live_node: &NodeView) -> Vec<Effect> {
+    let mut all = Vec::new();
+    for _ in 0..50 {
+        let mut next = Vec::new();
+        for eff in &e {
+            let input = match &eff.op {
+                Op::LiveGet { key } => {
+                    let found = live.iter().find(|o| &o.key == key).cloned();
+                    Input::LiveRead { id: eff.id, result: found.map_or(ReadResult::NotFound, ReadResult::Found) }
+                }
+                Op::LiveList { kind } => {
+                    let items = live.iter().filter(|o| o.key.kind == *kind).cloned().collect();
+                    Input::LiveList { id: eff.id, result: ListResult::Listed(items) }
+                }
+                Op::LiveGetNode => Input::NodeRead { id: eff.id, result: NodeReadResult::Found(live_node.clone()) },
+                _ => continue,
+            };
+            next.extend(h.input(input));
+        }
+        all.extend(e);
+        if next.is_empty() {
+            break;
+        }
+        e = h.settle(next);
+    }
+    all
+}
+
+#[test]
+fn a_transient_wipe_of_the_node_labels_withdraws_nothing() {
+    let (mut h, objs) = fleet_in_pool();
+    // NFD #1802: every label of the Node vanishes, on the watch and on the live Node.
+    let e = h.input(Input::NodeObserved(node(&[])));
+    let all = answer_reads(&mut h, e, &objs, &node(&[]));
+    assert!(destructive(&all).is_empty(), "{:?}", destructive(&all));
+    assert!(h.notes.iter().any(|n| matches!(n, Note::BreakerTripped { candidates: 12, placed: 20, .. })));
+    // 90 s later the labels are back: nothing was withdrawn, nothing is pending.
+    h.now += 90_000;
+    let e = h.input(Input::NodeObserved(node(&[("pool", "a")])));
+    let e = h.settle(e);
+    assert!(destructive(&e).is_empty());
+    let e = h.advance(600_000);
+    let all = answer_reads(&mut h, e, &objs, &node(&[("pool", "a")]));
+    assert!(destructive(&all).is_empty());
+    assert_eq!(h.s.pending_confirmations().0, 0);
+    for o in &objs {
+        assert_eq!(h.view(&o.key, o.uid.as_str()).life, Life::Observed);
+    }
+}
+
+#[test]
+fn a_real_mass_delete_completes_after_the_hold() {
+    let (mut h, objs) = fleet_in_pool();
+    // 8 of 20 (40 %) are really deleted.
+    let (gone, kept) = objs.split_at(8);
+    let mut e = Vec::new();
+    for o in gone {
+        e.extend(h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(o.clone())));
+    }
+    let all = answer_reads(&mut h, e, kept, &node(&[("pool", "a")]));
+    assert!(destructive(&all).is_empty(), "held by the breaker");
+    assert!(h.notes.iter().any(|n| matches!(n, Note::BreakerHeld { .. })));
+    let e = h.advance(300_000);
+    let all = answer_reads(&mut h, e, kept, &node(&[("pool", "a")]));
+    let unpublished = destructive(&all).iter().filter(|op| matches!(op, Op::Unpublish { .. })).count();
+    assert_eq!(unpublished, 8);
+    assert_eq!(h.s.pending_confirmations().0, 0);
+}
+
+#[test]
+fn a_deletion_timestamp_during_a_hold_is_read_again_after_it() {
+    let (mut h, objs) = fleet_in_pool();
+    let mut e = Vec::new();
+    for o in &objs[..6] {
+        e.extend(h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(o.clone())));
+    }
+    answer_reads(&mut h, e, &objs, &node(&[("pool", "a")]));
+    // A deletionTimestamp while the breaker holds: no cleanup yet.
+    let e = h.apply(deleting(objs[10].clone()));
+    assert!(destructive(&e).is_empty());
+    assert!(matches!(pending_cause(&h.view(&objs[10].key, "u10")), Some((Cause::MarkedDeleting, 0))));
+    let e = h.advance(300_000);
+    let live: Vec<ModelObject> =
+        objs.iter().map(|o| if o.uid.as_str() == "u10" { deleting(o.clone()) } else { o.clone() }).collect();
+    let all = answer_reads(&mut h, e, &live, &node(&[("pool", "a")]));
+    assert!(matches!(destructive(&all)[..], [Op::Unpublish { .. }]));
+}
