@@ -281,8 +281,10 @@ impl Drop for ReadOnlyMount {
 }
 
 /// Test 1, the first seed: a local:// model on a read-only models root is Ready and so is the
-/// agent; a model that must download onto it makes the agent unready, with a reason naming the
-/// root and the model, and the model's entry is Failed with that reason.
+/// agent. A tenant's BaseModel that must download onto it is Failed on the node and readiness
+/// stays 200 (no tenant can stall a rollout); a ClusterBaseModel that must download makes the
+/// agent unready, with a reason naming the root and the model, and its entry is Failed with that
+/// reason.
 #[test]
 #[ignore = "needs a real kube-apiserver: run by scripts/e2e"]
 fn t1_read_only_models_root() {
@@ -302,6 +304,22 @@ fn t1_read_only_models_root() {
     wait_until("/healthz 200 on a read-only root", Duration::from_secs(30), || agent.get("/healthz").0 == 200);
     assert_eq!(agent.metric("model_agent_models_root_writable"), 0.0);
 
+    apply("apiVersion: v1\nkind: Namespace\nmetadata: {name: e2e-tenant}\n");
+    let tenant_path = root.0.join("tenant-model");
+    apply(&format!(
+        "apiVersion: ome.io/v1beta1\nkind: BaseModel\nmetadata: {{name: e2e-ro-tenant, namespace: e2e-tenant}}\nspec:\n  storage: {{storageUri: \"hf://org/repo\", path: \"{}\", nodeSelector: {{e2e: {n}}}}}\n",
+        tenant_path.display()
+    ));
+    wait_until("tenant entry Failed", Duration::from_secs(30), || {
+        entries(n).get("e2e-tenant.basemodel.e2e-ro-tenant").is_some_and(|e| e["status"] == "Failed")
+    });
+    let e = entries(n);
+    let reason = e["e2e-tenant.basemodel.e2e-ro-tenant"]["reason"].as_str().unwrap_or_default().to_string();
+    assert!(reason.contains("read-only"), "{reason}");
+    std::thread::sleep(Duration::from_secs(2));
+    let (code, body) = agent.get("/healthz?verbose");
+    assert_eq!(code, 200, "a tenant's BaseModel never flips readiness: {body}");
+
     let hf_path = root.0.join("hf-model");
     apply(&model("e2e-ro-hf", n, "hf://org/repo", Some(hf_path.to_str().unwrap()), false));
     wait_until("/healthz not ready", Duration::from_secs(30), || agent.get("/healthz").0 == 500);
@@ -316,6 +334,7 @@ fn t1_read_only_models_root() {
     assert_eq!(labels(n).get(&label_key("e2e-ro-hf")).map(String::as_str), Some("Failed"));
     assert!(agent.stop() < Duration::from_secs(30));
     kubectl(&["delete", "clusterbasemodel", "e2e-ro-local", "e2e-ro-hf", "--wait=false"]);
+    kubectl(&["-n", "e2e-tenant", "delete", "basemodel", "e2e-ro-tenant", "--wait=false"]);
 }
 
 /// Test 2: a real delete. With the controller's finalizer on the model (played by the test),

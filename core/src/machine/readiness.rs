@@ -18,16 +18,20 @@ pub struct Readiness {
 }
 
 impl State {
-    /// Models eligible here that download, i.e. that need a writable models root.
+    /// ClusterBaseModels placed here that download: only they make write access part of
+    /// readiness in `auto` (cluster-admin intent). A namespaced BaseModel that cannot download
+    /// here is Failed on this node and never flips readiness: no tenant can stall a rollout.
     pub fn models_needing_write(&self) -> Vec<ModelKey> {
         let node = self.node.as_deref();
         let keys = self
             .slots
             .iter()
+            .filter(|(key, _)| key.kind == Kind::ClusterBaseModel)
             .filter_map(|(key, slot)| {
                 let inc = slot.current.as_ref()?;
                 let downloads = inc.obj.spec().and_then(|s| s.uri.as_ref().ok()).is_some_and(|u| u.downloads());
-                (downloads && !inc.is_confirmed() && eligible_now(inc, node) == Some(true)).then(|| key.clone())
+                let placed = matches!(inc.life, Life::Observed | Life::PendingConfirm { .. });
+                (downloads && placed && eligible_now(inc, node) == Some(true)).then(|| key.clone())
             })
             .collect::<Vec<_>>();
         sorted(keys)

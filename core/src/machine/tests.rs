@@ -632,6 +632,21 @@ fn download_on_a_read_only_root_fails_with_a_reason_and_makes_the_node_unready()
 }
 
 #[test]
+fn a_tenant_s_base_model_cannot_flip_readiness() {
+    let mut h = H::new();
+    let e = h.start(false, vec![local("l", "ul")]);
+    h.settle(e);
+    // One hf:// BaseModel with no selector: eligible everywhere, on a read-only root.
+    let b = obj(&ModelKey::namespaced("tenant", "big"), "ub", "hf://org/repo", Some("/mnt/models/big"));
+    let e = h.apply(b);
+    let p = published(&e);
+    assert!(matches!(&p[..], [(ModelStatus::Failed, Some(r))] if r.contains("read-only")), "{p:?}");
+    let r = h.s.readiness();
+    assert!(r.ready, "{r:?}");
+    assert!(h.s.models_needing_write().is_empty());
+}
+
+#[test]
 fn write_check_always_and_never() {
     let mut cfg = Config::new("node-1", ROOT);
     cfg.write_check = WriteCheck::Always;
