@@ -79,6 +79,23 @@ pub fn is_model_label(label: &str) -> bool {
     label.strip_prefix(LABEL_DOMAIN).is_some_and(|rest| rest.starts_with('/'))
 }
 
+/// Is this a ConfigMap key of one of OME's two shapes (`clusterbasemodel.<name>`,
+/// `<ns>.basemodel.<name>`)? Only such entries are orphan-sweep candidates.
+pub fn is_model_entry_key(cm_key: &str) -> bool {
+    if cm_key.strip_prefix("clusterbasemodel.").is_some_and(|name| !name.is_empty()) {
+        return true;
+    }
+    cm_key.split_once(".basemodel.").is_some_and(|(ns, name)| !ns.is_empty() && !name.is_empty())
+}
+
+/// Is this node label one OME's agent writes: one of the two key shapes under
+/// `models.ome.io/`, with a value Ready, Updating or Failed? Only such labels are orphan-sweep
+/// candidates; anything else under the prefix belongs to someone else and is left alone.
+pub fn is_model_status_label(label: &str, value: &str) -> bool {
+    let shaped = label.strip_prefix(LABEL_DOMAIN).and_then(|r| r.strip_prefix('/')).is_some_and(is_model_entry_key);
+    shaped && ModelStatus::parse(value).is_some()
+}
+
 /// The key of a model's entry in the per-node ConfigMap.
 pub fn configmap_key(key: &ModelKey) -> String {
     match key.kind {
@@ -330,6 +347,19 @@ mod tests {
         assert!(is_model_label("models.ome.io/clusterbasemodel.x"));
         assert!(!is_model_label("models.ome/reserve-model-artifact"));
         assert!(!is_model_label("models.ome.iox/y"));
+    }
+
+    #[test]
+    fn only_ome_s_two_key_shapes_with_status_values_are_sweepable() {
+        assert!(is_model_status_label("models.ome.io/clusterbasemodel.x", "Ready"));
+        assert!(is_model_status_label("models.ome.io/ns.basemodel.x", "Failed"));
+        assert!(is_model_status_label("models.ome.io/ns.basemodel.x", "Updating"));
+        assert!(!is_model_status_label("models.ome.io/ns.basemodel.x", "true"));
+        assert!(!is_model_status_label("models.ome.io/gpu-pool", "Ready"));
+        assert!(!is_model_status_label("models.ome.io/clusterbasemodel.", "Ready"));
+        assert!(!is_model_status_label("models.ome.io/.basemodel.x", "Ready"));
+        assert!(is_model_entry_key("clusterbasemodel.x") && is_model_entry_key("ns.basemodel.x"));
+        assert!(!is_model_entry_key("settings") && !is_model_entry_key("ns.basemodel."));
     }
 
     const EXAMPLE_1: &str = r#"{"name":"qwen2-5-7b-instruct","status":"Ready","config":{"modelType":"qwen2","modelArchitecture":"Qwen2ForCausalLM","modelFramework":{"name":"transformers","version":"4.43.1"},"modelFormat":{"name":"safetensors","version":"1.0.0"},"modelParameterSize":"7.62B","maxTokens":32768,"modelCapabilities":["TEXT_TO_TEXT"],"decodedModelConfiguration":{"architecture":"Qwen2ForCausalLM","context_length":32768,"has_vision":false,"is_embedding":false,"model_size_bytes":15231233024,"model_type":"qwen2","parameter_count":"7.62B","torch_dtype":"bfloat16","transformers_version":"4.43.1"},"artifact":{"sha":"a09a…","parentPath":{"clusterbasemodel.qwen2-5-7b-instruct":"/mnt/data/models/qwen"},"childrenPaths":[]}}}"#;

@@ -87,16 +87,18 @@ impl State {
         let check = OrphanCheck {
             labels: snap
                 .labels
-                .keys()
-                .filter(|l| wire::is_model_label(l) && !claimed_labels.contains(l.as_str()))
+                .iter()
+                .filter(|(l, v)| wire::is_model_status_label(l, v) && !claimed_labels.contains(l.as_str()))
+                .map(|(l, _)| l)
                 .cloned()
                 .collect(),
             entries: snap
                 .entries
                 .iter()
                 .filter(|(k, e)| {
-                    !claimed_entries.contains(k.as_str())
-                        || e.uid.as_ref().is_some_and(|u| !known_uids.contains(&Uid::new(u)))
+                    wire::is_model_entry_key(k)
+                        && (!claimed_entries.contains(k.as_str())
+                            || e.uid.as_ref().is_some_and(|u| !known_uids.contains(&Uid::new(u))))
                 })
                 .map(|(k, e)| (k.clone(), e.uid.clone()))
                 .collect(),

@@ -814,11 +814,14 @@ fn drift_removes_orphans_only_after_fresh_lists_show_no_owner() {
             ("models.ome.io/clusterbasemodel.gone".into(), "Ready".into()),
             ("models.ome.io/clusterbasemodel.late".into(), "Ready".into()),
             ("kubernetes.io/hostname".into(), "node-1".into()),
+            // Under the prefix but not OME's shapes or values: someone else's, left alone.
+            ("models.ome.io/gpu-pool".into(), "Ready".into()),
+            ("models.ome.io/clusterbasemodel.pinned".into(), "true".into()),
         ]),
-        entries: BTreeMap::from([(
-            "clusterbasemodel.gone".into(),
-            EntryView { status: Some(ModelStatus::Ready), uid: Some("ug".into()) },
-        )]),
+        entries: BTreeMap::from([
+            ("clusterbasemodel.gone".into(), EntryView { status: Some(ModelStatus::Ready), uid: Some("ug".into()) }),
+            ("settings".into(), EntryView { status: None, uid: None }),
+        ]),
         owned_dirs: vec![OwnedDir { path: "gone".into(), uid: Uid::new("ug") }],
         trash: vec![],
     };
