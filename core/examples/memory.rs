@@ -1,5 +1,7 @@
 //! Bytes and allocations the core keeps per model: 10,000 ClusterBaseModels listed, none placed
-//! on this node (the shape of `scripts/bench-agent`'s 10,000-model memory figure).
+//! on this node (the shape of `scripts/bench-agent`'s 10,000-model memory figure); then 20
+//! BaseModels of 1 MiB of `parameters` each, decoded from JSON as the shell decodes them, which
+//! the core keeps as identity plus a Failed reason (core.md, "Bounded state").
 //! `cargo run --release --example memory -p model-agent-core`
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
@@ -51,4 +53,27 @@ fn main() {
         after.1 - before.1,
         (after.1 - before.1) / 10_000
     );
+    huge_objects(&mut s);
+}
+
+/// 20 objects of 1 MiB each: what the core retains must stay under 10 MiB.
+fn huge_objects(s: &mut State) {
+    const OBJECTS: usize = 20;
+    const RETAINED_BYTES_MAX: usize = 10 << 20;
+    let before = LIVE.load(Ordering::Relaxed);
+    for i in 0..OBJECTS {
+        let json = serde_json::json!({
+            "metadata": {"name": format!("huge-{i:02}"), "namespace": "tenant", "uid": format!("uid-{i}")},
+            "spec": {"storage": {"storageUri": "hf://org/repo", "parameters": {"blob": "x".repeat(1 << 20)}}},
+        });
+        let o = ModelObject::from_json(Kind::BaseModel, &json).expect("identified");
+        drop(json);
+        s.handle(Instant(0), Input::Watch { kind: Kind::BaseModel, event: WatchEvent::Applied(o) });
+    }
+    let retained = LIVE.load(Ordering::Relaxed) - before;
+    println!(
+        "{OBJECTS} objects of 1 MiB: {retained} bytes retained ({} per object; limit {RETAINED_BYTES_MAX})",
+        retained / OBJECTS
+    );
+    assert!(retained < RETAINED_BYTES_MAX, "the core retains {retained} bytes for {OBJECTS} huge objects");
 }

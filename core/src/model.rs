@@ -161,14 +161,15 @@ pub struct ApiMetadata {
     pub annotations: BTreeMap<String, String>,
 }
 
+fn too_big(bytes: usize, bytes_max: usize) -> String {
+    format!("spec is {bytes} bytes of JSON, over the limit of {bytes_max} bytes: not kept")
+}
+
 /// `spec` of BaseModel / ClusterBaseModel (`BaseModelSpec`), the fields the agent reads.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ApiModelSpec {
     pub storage: Option<ApiStorageSpec>,
-    pub model_format: Option<ApiModelFormat>,
-    #[serde(default)]
-    pub additional_metadata: BTreeMap<String, String>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
@@ -185,9 +186,6 @@ pub struct ApiModelFormat {
 pub struct ApiStorageSpec {
     pub storage_uri: Option<String>,
     pub path: Option<String>,
-    pub schema_path: Option<String>,
-    pub parameters: Option<BTreeMap<String, String>>,
-    pub key: Option<String>,
     #[serde(default)]
     pub node_selector: BTreeMap<String, String>,
     pub node_affinity: Option<ApiNodeAffinity>,
@@ -241,12 +239,11 @@ pub struct ModelSpec {
     pub node_selector: Vec<(String, String)>,
     /// Required node-affinity terms (ORed); empty means no constraint.
     pub required_terms: Vec<NodeSelectorTerm>,
-    pub secret_key: Option<String>,
-    pub parameters: BTreeMap<String, String>,
+    /// Kept for the download issues (`ReuseIfExists` decides whether a download runs). What only
+    /// a download reads (`storage.key`, `parameters`, `modelFormat`, `additionalMetadata`) is not
+    /// kept: the shell reads the live object when it downloads, so a tenant's megabytes of
+    /// parameters never stay in every agent's memory.
     pub download_policy: DownloadPolicy,
-    pub model_format: Option<String>,
-    /// `additionalMetadata.type` when it is not the default `Serving` (see `model_type()`).
-    pub model_type_other: Option<String>,
     /// Label `models.ome/reserve-model-artifact=true`: the agent never moves the weights.
     pub reserve_artifact: bool,
     /// Annotation `ome.oracle.com/skip-config-parsing=true`.
@@ -279,17 +276,76 @@ impl std::error::Error for ObjectError {}
 pub const RESERVE_ARTIFACT_LABEL: &str = "models.ome/reserve-model-artifact";
 pub const SKIP_CONFIG_PARSING_ANNOTATION: &str = "ome.oracle.com/skip-config-parsing";
 
+/// A spec larger than this (serialised JSON) is kept as identity plus a Failed reason
+/// (core.md, "Bounded state"; `Config::object_bytes_max`).
+pub const OBJECT_BYTES_MAX_DEFAULT: usize = 64 * 1024;
+
+/// Counts bytes written, to measure a JSON value's size without building the text.
+struct ByteCount(usize);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The size of `value` as compact JSON.
+pub fn json_bytes(value: &serde_json::Value) -> usize {
+    let mut count = ByteCount(0);
+    // Writing to a counter cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 impl ModelObject {
-    /// Parse one object from the API server's JSON.
+    /// Parse one object from the API server's JSON, with the default spec size limit.
     pub fn from_json(kind: Kind, json: &serde_json::Value) -> Result<ModelObject, ObjectError> {
-        let api: ApiModel = serde_json::from_value(json.clone()).map_err(|e| ObjectError::NotJson(e.to_string()))?;
-        ModelObject::from_api(kind, api)
+        ModelObject::from_json_bounded(kind, json, OBJECT_BYTES_MAX_DEFAULT)
+    }
+
+    /// Parse one object, borrowing the JSON (no copy of the tree); a spec over `spec_bytes_max`
+    /// is not parsed: the model keeps its identity and a Failed reason.
+    pub fn from_json_bounded(
+        kind: Kind,
+        json: &serde_json::Value,
+        spec_bytes_max: usize,
+    ) -> Result<ModelObject, ObjectError> {
+        // Deserialised from borrowed parts: the tree is never copied.
+        let fields = json.as_object().ok_or_else(|| ObjectError::NotJson("not a JSON object".into()))?;
+        let metadata = match fields.get("metadata") {
+            None => ApiMetadata::default(),
+            Some(md) => ApiMetadata::deserialize(md).map_err(|e| ObjectError::NotJson(e.to_string()))?,
+        };
+        let spec = match fields.get("spec").filter(|v| !v.is_null()) {
+            None => Err("spec is missing".to_string()),
+            Some(v) if json_bytes(v) > spec_bytes_max => Err(too_big(json_bytes(v), spec_bytes_max)),
+            Some(v) => ApiModelSpec::deserialize(v).map_err(|e| format!("spec is malformed: {e}")),
+        };
+        ModelObject::from_api_spec(kind, metadata, spec)
     }
 
     /// Build the lean object from the API shape. Only identity errors are errors; a bad spec is
     /// kept as `spec: Err(reason)` so the model can be reported Failed with that reason.
     pub fn from_api(kind: Kind, api: ApiModel) -> Result<ModelObject, ObjectError> {
-        let md = api.metadata;
+        let spec = match api.spec {
+            None => Err("spec is missing".to_string()),
+            Some(value) => match serde_json::from_value::<ApiModelSpec>(value) {
+                Err(e) => Err(format!("spec is malformed: {e}")),
+                Ok(spec) => Ok(spec),
+            },
+        };
+        ModelObject::from_api_spec(kind, api.metadata, spec)
+    }
+
+    fn from_api_spec(
+        kind: Kind,
+        md: ApiMetadata,
+        spec: Result<ApiModelSpec, String>,
+    ) -> Result<ModelObject, ObjectError> {
         let name = md.name.filter(|n| !n.is_empty()).ok_or(ObjectError::MissingName)?;
         let uid = md.uid.filter(|u| !u.is_empty()).ok_or(ObjectError::MissingUid)?;
         let key = match kind {
@@ -302,13 +358,7 @@ impl ModelObject {
         let reserve = md.labels.get(RESERVE_ARTIFACT_LABEL).is_some_and(|v| v.eq_ignore_ascii_case("true"));
         let skip_parse =
             md.annotations.get(SKIP_CONFIG_PARSING_ANNOTATION).is_some_and(|v| v.eq_ignore_ascii_case("true"));
-        let spec = match api.spec {
-            None => Err("spec is missing".to_string()),
-            Some(value) => match serde_json::from_value::<ApiModelSpec>(value) {
-                Err(e) => Err(format!("spec is malformed: {e}")),
-                Ok(spec) => ModelSpec::from_api(spec, reserve, skip_parse).map(Arc::new),
-            },
-        };
+        let spec = spec.and_then(|spec| ModelSpec::from_api(spec, reserve, skip_parse).map(Arc::new));
         Ok(ModelObject {
             key,
             uid: Uid(Arc::from(uid.as_str())),
@@ -337,26 +387,16 @@ impl ModelSpec {
             .map(|s| s.node_selector_terms)
             .unwrap_or_default();
         let uri = StorageUri::parse(&storage_uri).map_err(|e| e.to_string());
-        let model_type_other = spec.additional_metadata.get("type").filter(|t| *t != "Serving").cloned();
         Ok(ModelSpec {
             uri,
             storage_uri,
             path: storage.path,
             node_selector: storage.node_selector.into_iter().collect(),
             required_terms,
-            secret_key: storage.key,
-            parameters: storage.parameters.unwrap_or_default(),
             download_policy: storage.download_policy.unwrap_or_default(),
-            model_format: spec.model_format.map(|f| f.name),
-            model_type_other,
             reserve_artifact,
             skip_config_parsing,
         })
-    }
-
-    /// `additionalMetadata.type`, default `Serving`.
-    pub fn model_type(&self) -> &str {
-        self.model_type_other.as_deref().unwrap_or("Serving")
     }
 
     /// A spec for tests and the simulator: storage URI and path, no selectors.
@@ -367,11 +407,7 @@ impl ModelSpec {
             path: path.map(str::to_string),
             node_selector: Vec::new(),
             required_terms: Vec::new(),
-            secret_key: None,
-            parameters: BTreeMap::new(),
             download_policy: DownloadPolicy::AlwaysDownload,
-            model_format: None,
-            model_type_other: None,
             reserve_artifact: false,
             skip_config_parsing: false,
         }
@@ -430,10 +466,6 @@ mod tests {
         assert_eq!(spec.required_terms.len(), 1);
         assert_eq!(spec.required_terms[0].match_expressions[0], requirement("zone", "In", &["a", "b"]));
         assert_eq!(spec.download_policy, DownloadPolicy::ReuseIfExists);
-        assert_eq!(spec.secret_key.as_deref(), Some("hf-token"));
-        assert_eq!(spec.parameters.get("secretKey").map(String::as_str), Some("tok"));
-        assert_eq!(spec.model_format.as_deref(), Some("safetensors"));
-        assert_eq!(spec.model_type(), "Training");
         assert!(matches!(spec.uri, Ok(StorageUri::HuggingFace { ref revision, .. }) if revision == "v2"));
     }
 
@@ -445,7 +477,6 @@ mod tests {
         let m = ModelObject::from_json(Kind::BaseModel, &obj).unwrap();
         assert_eq!(m.key, ModelKey::namespaced("team", "m"));
         assert!(m.deleting);
-        assert_eq!(m.spec().unwrap().model_type(), "Serving");
         assert_eq!(m.spec().unwrap().path, None);
     }
 

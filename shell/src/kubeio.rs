@@ -51,9 +51,10 @@ pub async fn client(kubeconfig: Option<&str>) -> Result<Client, String> {
 
 /// One object from the API, as the core keeps it. An object that cannot be identified is
 /// logged and skipped: it can never turn into a delete.
-pub fn to_model(kind: Kind, obj: &DynamicObject) -> Option<ModelObject> {
+/// A spec over `spec_bytes_max` (`Config::object_bytes_max`) is kept as identity and a reason.
+pub fn to_model(kind: Kind, obj: &DynamicObject, spec_bytes_max: usize) -> Option<ModelObject> {
     let value = serde_json::to_value(obj).ok()?;
-    match ModelObject::from_json(kind, &value) {
+    match ModelObject::from_json_bounded(kind, &value, spec_bytes_max) {
         Ok(m) => Some(m),
         Err(e) => {
             warn!(kind = %kind, name = ?obj.metadata.name, error = %e, "skipping a model object that cannot be identified");
@@ -64,23 +65,29 @@ pub fn to_model(kind: Kind, obj: &DynamicObject) -> Option<ModelObject> {
 
 /// Watch one model kind (all namespaces) and feed its events, relist boundaries included, to
 /// the core. The watcher's default list semantic (a quorum read) is kept.
-pub async fn watch_models(client: Client, kind: Kind, tx: mpsc::Sender<Input>, metrics: Arc<Metrics>) {
+pub async fn watch_models(
+    client: Client,
+    kind: Kind,
+    spec_bytes_max: usize,
+    tx: mpsc::Sender<Input>,
+    metrics: Arc<Metrics>,
+) {
     let api: Api<DynamicObject> = Api::all_with(client, &model_resource(kind));
     let stream = watcher(api, watcher::Config::default()).default_backoff();
     futures::pin_mut!(stream);
     while let Some(event) = stream.next().await {
         let event = match event {
             Ok(watcher::Event::Init) => WatchEvent::RelistStarted,
-            Ok(watcher::Event::InitApply(o)) => match to_model(kind, &o) {
+            Ok(watcher::Event::InitApply(o)) => match to_model(kind, &o, spec_bytes_max) {
                 Some(m) => WatchEvent::RelistItem(m),
                 None => continue,
             },
             Ok(watcher::Event::InitDone) => WatchEvent::RelistDone,
-            Ok(watcher::Event::Apply(o)) => match to_model(kind, &o) {
+            Ok(watcher::Event::Apply(o)) => match to_model(kind, &o, spec_bytes_max) {
                 Some(m) => WatchEvent::Applied(m),
                 None => continue,
             },
-            Ok(watcher::Event::Delete(o)) => match to_model(kind, &o) {
+            Ok(watcher::Event::Delete(o)) => match to_model(kind, &o, spec_bytes_max) {
                 Some(m) => WatchEvent::Deleted(m),
                 None => continue,
             },
@@ -129,13 +136,13 @@ fn model_api(client: &Client, key: &ModelKey) -> Api<DynamicObject> {
 }
 
 /// Quorum GET (no resourceVersion) of one model, bounded in time.
-pub async fn live_get(client: &Client, key: &ModelKey) -> ReadResult {
+pub async fn live_get(client: &Client, key: &ModelKey, spec_bytes_max: usize) -> ReadResult {
     let api = model_api(client, key);
     match tokio::time::timeout(LIVE_READ_TIMEOUT, api.get_opt(&key.name)).await {
         Err(_) => ReadResult::Failed(format!("GET {key} timed out after {} s", LIVE_READ_TIMEOUT.as_secs())),
         Ok(Err(e)) => ReadResult::Failed(format!("GET {key}: {e}")),
         Ok(Ok(None)) => ReadResult::NotFound,
-        Ok(Ok(Some(obj))) => match to_model(key.kind, &obj) {
+        Ok(Ok(Some(obj))) => match to_model(key.kind, &obj, spec_bytes_max) {
             Some(m) => ReadResult::Found(m),
             None => ReadResult::Failed(format!("GET {key}: the object cannot be identified")),
         },
@@ -150,9 +157,9 @@ pub const LIST_PAGES_MAX: usize = 10_000;
 /// Quorum LIST of one kind, paged and followed to the end, bounded in time. An item that cannot
 /// be identified, or a continue token that cannot be followed, fails the whole read: a partial
 /// list must never answer a candidate as NotFound.
-pub async fn live_list(client: &Client, kind: Kind) -> ListResult {
+pub async fn live_list(client: &Client, kind: Kind, spec_bytes_max: usize) -> ListResult {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &model_resource(kind));
-    match tokio::time::timeout(LIVE_READ_TIMEOUT, list_pages(&api, kind)).await {
+    match tokio::time::timeout(LIVE_READ_TIMEOUT, list_pages(&api, kind, spec_bytes_max)).await {
         Err(_) => {
             ListResult::Failed(format!("LIST {} timed out after {} s", kind.plural(), LIVE_READ_TIMEOUT.as_secs()))
         }
@@ -161,7 +168,7 @@ pub async fn live_list(client: &Client, kind: Kind) -> ListResult {
     }
 }
 
-async fn list_pages(api: &Api<DynamicObject>, kind: Kind) -> Result<Vec<ModelObject>, String> {
+async fn list_pages(api: &Api<DynamicObject>, kind: Kind, spec_bytes_max: usize) -> Result<Vec<ModelObject>, String> {
     let mut objects = Vec::new();
     let mut token: Option<String> = None;
     for _ in 0..LIST_PAGES_MAX {
@@ -172,7 +179,9 @@ async fn list_pages(api: &Api<DynamicObject>, kind: Kind) -> Result<Vec<ModelObj
         let page = api.list(&params).await.map_err(|e| e.to_string())?;
         for item in &page.items {
             let name = item.metadata.name.as_deref().unwrap_or("<no name>");
-            objects.push(to_model(kind, item).ok_or_else(|| format!("item {name:?} cannot be identified"))?);
+            objects.push(
+                to_model(kind, item, spec_bytes_max).ok_or_else(|| format!("item {name:?} cannot be identified"))?,
+            );
         }
         match page.metadata.continue_.filter(|t| !t.is_empty()) {
             None => return Ok(objects),

@@ -168,6 +168,7 @@ struct Ctx {
     inflight: Arc<AtomicUsize>,
     reads: Arc<tokio::sync::Semaphore>,
     fetches: Arc<tokio::sync::Semaphore>,
+    spec_bytes_max: usize,
 }
 
 async fn run(cli: Cli, node_name: String) -> Result<(), String> {
@@ -184,6 +185,7 @@ async fn run(cli: Cli, node_name: String) -> Result<(), String> {
         }
         None => None,
     };
+    let spec_bytes_max = config.object_bytes_max;
     let mut state = State::new(config);
     let metrics = Arc::new(Metrics::default());
     let epoch = std::time::Instant::now();
@@ -224,12 +226,14 @@ async fn run(cli: Cli, node_name: String) -> Result<(), String> {
         tokio::spawn(kubeio::watch_models(
             client.clone(),
             model_agent_core::Kind::BaseModel,
+            spec_bytes_max,
             in_tx.clone(),
             metrics.clone(),
         )),
         tokio::spawn(kubeio::watch_models(
             client.clone(),
             model_agent_core::Kind::ClusterBaseModel,
+            spec_bytes_max,
             in_tx.clone(),
             metrics.clone(),
         )),
@@ -244,6 +248,7 @@ async fn run(cli: Cli, node_name: String) -> Result<(), String> {
         metrics: metrics.clone(),
         inflight: Arc::new(AtomicUsize::new(0)),
         reads: Arc::new(tokio::sync::Semaphore::new(LIVE_READS_CONCURRENT_MAX)),
+        spec_bytes_max,
         fetches: Arc::new(tokio::sync::Semaphore::new(cli.fetch_workers.max(1))),
     };
 
@@ -371,7 +376,7 @@ async fn dispatch(ctx: &Ctx, effect: Effect) {
         }
         Op::LiveGet { key } => spawn(ctx, async move |c: Ctx| {
             let _permit = c.reads.acquire().await;
-            Some(Input::LiveRead { id, result: kubeio::live_get(&c.client, &key).await })
+            Some(Input::LiveRead { id, result: kubeio::live_get(&c.client, &key, c.spec_bytes_max).await })
         }),
         Op::LiveGetNode => spawn(ctx, async move |c: Ctx| {
             let _permit = c.reads.acquire().await;
@@ -379,7 +384,7 @@ async fn dispatch(ctx: &Ctx, effect: Effect) {
         }),
         Op::LiveList { kind } => spawn(ctx, async move |c: Ctx| {
             let _permit = c.reads.acquire().await;
-            Some(Input::LiveList { id, result: kubeio::live_list(&c.client, kind).await })
+            Some(Input::LiveList { id, result: kubeio::live_list(&c.client, kind, c.spec_bytes_max).await })
         }),
         Op::VerifyLocal { key, path, .. } => spawn(ctx, async move |c: Ctx| {
             let _permit = c.fetches.acquire().await;

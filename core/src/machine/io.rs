@@ -61,7 +61,25 @@ pub struct Config {
     pub breaker_models_min: u32,
     pub breaker_window_ms: u64,
     pub breaker_hold_ms: u64,
+    /// A model whose spec is larger (compact JSON) is kept as identity plus a Failed reason;
+    /// applied where the shell (or the simulator) decodes objects.
+    #[serde(default = "object_bytes_max_default")]
+    pub object_bytes_max: usize,
+    /// A step emits at most this many effects; the rest follow at the next steps, in order.
+    #[serde(default = "effects_per_step_max_default")]
+    pub effects_per_step_max: usize,
 }
+
+// Traces recorded before these limits existed still replay.
+fn object_bytes_max_default() -> usize {
+    crate::model::OBJECT_BYTES_MAX_DEFAULT
+}
+
+fn effects_per_step_max_default() -> usize {
+    EFFECTS_PER_STEP_MAX_DEFAULT
+}
+
+pub const EFFECTS_PER_STEP_MAX_DEFAULT: usize = 1024;
 
 impl Config {
     pub fn new(node_name: &str, models_root: &str) -> Config {
@@ -81,6 +99,8 @@ impl Config {
             breaker_models_min: 5,
             breaker_window_ms: 60_000,
             breaker_hold_ms: 300_000,
+            object_bytes_max: crate::model::OBJECT_BYTES_MAX_DEFAULT,
+            effects_per_step_max: EFFECTS_PER_STEP_MAX_DEFAULT,
         }
     }
 }

@@ -149,6 +149,12 @@ pub struct State {
     orphan_check: Option<Arc<OrphanCheck>>,
     shutting_down: bool,
     stats: Stats,
+    /// Effects over `effects_per_step_max` wait here, in order, for the next step; a non-empty
+    /// backlog makes the core due at once. Bounded by what the models kept can need (at most
+    /// one effect in flight per incarnation, one read per key, one snapshot, one probe).
+    backlog: imbl::Vector<Effect>,
+    /// The `now` of the latest step: time never goes backwards.
+    now_last: Instant,
 }
 
 /// What one step returns: effects for the shell to execute, in order, and notes for people
@@ -208,6 +214,8 @@ impl State {
             orphan_check: None,
             shutting_down: false,
             stats: Stats::default(),
+            backlog: imbl::Vector::new(),
+            now_last: Instant::ZERO,
         }
     }
 
@@ -224,7 +232,15 @@ impl State {
     }
 
     pub fn next_deadline(&self) -> Option<Instant> {
+        if !self.backlog.is_empty() {
+            return Some(self.now_last);
+        }
         self.timers.get_min().map(|(t, _)| *t)
+    }
+
+    /// Effects decided but held for the next step (`effects_per_step_max`).
+    pub fn backlog_len(&self) -> usize {
+        self.backlog.len()
     }
 
     pub fn synced(&self, kind: Kind) -> bool {
@@ -241,6 +257,10 @@ impl State {
 
     /// Handle one input at `now`; returns the effects to execute, in order, and the notes.
     pub fn handle(&mut self, now: Instant, input: Input) -> Output {
+        debug_assert!(now >= self.now_last, "time went backwards: {now:?} after {:?}", self.now_last);
+        // A clock that steps back (a replayed trace edited by hand) is held at the latest time.
+        let now = now.max(self.now_last);
+        self.now_last = now;
         self.seq += 1;
         let mut st = Step {
             now,
@@ -260,7 +280,21 @@ impl State {
         self.count_candidates(&mut st);
         self.apply_verdicts(&mut st);
         self.settle(&mut st);
-        Output { effects: st.out, notes: st.notes }
+        let effects = self.release_effects(st.out);
+        Output { effects, notes: st.notes }
+    }
+
+    /// At most `effects_per_step_max` effects leave per step, the backlog's first.
+    fn release_effects(&mut self, decided: Vec<Effect>) -> Vec<Effect> {
+        let limit = self.config.effects_per_step_max.max(1);
+        if self.backlog.is_empty() && decided.len() <= limit {
+            return decided;
+        }
+        self.backlog.extend(decided);
+        let rest = self.backlog.split_off(limit.min(self.backlog.len()));
+        let released: Vec<Effect> = std::mem::replace(&mut self.backlog, rest).into_iter().collect();
+        debug_assert!(released.len() <= limit);
+        released
     }
 
     // ------------------------------------------------------------------------------------------
@@ -370,5 +404,7 @@ enum Decision {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_bounds;
 #[cfg(test)]
 mod tests_views;

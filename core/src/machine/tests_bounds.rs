@@ -1,0 +1,64 @@
+//! Bounded state (core.md): oversize specs are kept as identity plus a reason; a step emits at
+//! most `effects_per_step_max` effects and the rest follow, in order.
+
+use super::tests::*;
+use super::*;
+
+fn oversize_json(name: &str, bytes: usize) -> serde_json::Value {
+    serde_json::json!({
+        "metadata": {"name": name, "uid": "u-big"},
+        "spec": {"storage": {"storageUri": "local:///mnt/models/big", "parameters": {"blob": "x".repeat(bytes)}}},
+    })
+}
+
+#[test]
+fn an_oversize_spec_is_kept_as_identity_and_reported_failed_with_its_size() {
+    let big = ModelObject::from_json_bounded(Kind::ClusterBaseModel, &oversize_json("big", 100_000), 65_536).unwrap();
+    let reason = big.spec.as_ref().unwrap_err();
+    assert!(reason.contains("over the limit of 65536 bytes"), "{reason}");
+    let mut h = H::new();
+    let e = h.start(true, vec![big]);
+    let all = h.settle(e);
+    let failed = published(&all);
+    assert_eq!(failed.len(), 1, "{all:?}");
+    assert_eq!(failed[0].0, ModelStatus::Failed);
+    assert!(failed[0].1.as_deref().unwrap().contains("over the limit"), "{failed:?}");
+    // Just under the limit the same object is parsed.
+    let fits = ModelObject::from_json_bounded(Kind::ClusterBaseModel, &oversize_json("big", 100_000), 200_000).unwrap();
+    assert!(fits.spec.is_ok());
+}
+
+#[test]
+fn a_step_emits_at_most_its_limit_and_the_backlog_follows_in_order() {
+    let models: Vec<ModelObject> = (0..10).map(|i| local(&format!("m{i}"), &format!("u{i}"))).collect();
+    let unbounded = {
+        let mut h = H::new();
+        let e = h.start(false, models.clone());
+        ops(&h.settle(e))
+    };
+    let mut h = H::with(Config { effects_per_step_max: 3, ..Config::new("node-1", ROOT) });
+    let mut e = h.start(false, models);
+    let mut released = Vec::new();
+    for _ in 0..100 {
+        released.extend(ops(&e));
+        let more = h.settle(e.clone());
+        released.extend(ops(&more[e.len()..]));
+        if h.s.backlog_len() == 0 {
+            break;
+        }
+        assert_eq!(h.s.next_deadline(), Some(Instant(h.now)), "a backlog makes the core due at once");
+        e = h.input(Input::Tick);
+        assert!(e.len() <= 3, "{e:?}");
+    }
+    assert_eq!(h.s.backlog_len(), 0);
+    assert_eq!(sorted_ops(released), sorted_ops(unbounded));
+}
+
+fn ops(effects: &[Effect]) -> Vec<String> {
+    effects.iter().map(|e| format!("{:?}", e.op)).collect()
+}
+
+fn sorted_ops(mut ops: Vec<String>) -> Vec<String> {
+    ops.sort();
+    ops
+}
