@@ -27,6 +27,7 @@ fn objects() -> Vec<ModelObject> {
                 key,
                 uid: Uid::new(&format!("uid-{i}")),
                 resource_version: Arc::from("1"),
+                created: Arc::from(""),
                 deleting: false,
                 spec: Ok(Arc::new(ModelSpec::simple(&uri, None))),
             }

@@ -40,6 +40,7 @@ fn main() {
             key: ModelKey::cluster(&format!("bench-{i:05}")),
             uid: Uid::new("0a1b2c3d-1234-5678-9abc-def012345678"),
             resource_version: Arc::from("123456"),
+            created: Arc::from(""),
             deleting: false,
             spec: Ok(Arc::new(spec)),
         };

@@ -154,6 +154,7 @@ pub struct ApiMetadata {
     pub namespace: Option<String>,
     pub uid: Option<String>,
     pub resource_version: Option<String>,
+    pub creation_timestamp: Option<String>,
     pub deletion_timestamp: Option<String>,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
@@ -221,6 +222,10 @@ pub struct ModelObject {
     /// `metadata.deletionTimestamp` is set: positive evidence the object is being deleted.
     #[serde(default)]
     pub deleting: bool,
+    /// `metadata.creationTimestamp` (RFC 3339, as the API server writes it, so text order is
+    /// time order): ranks models whose label keys collide (older first).
+    #[serde(default)]
+    pub created: Arc<str>,
     /// The spec as parsed, or why it could not be (the model is then Failed where it applies).
     pub spec: Result<Arc<ModelSpec>, String>,
 }
@@ -363,6 +368,7 @@ impl ModelObject {
             key,
             uid: Uid(Arc::from(uid.as_str())),
             resource_version: Arc::from(md.resource_version.unwrap_or_default().as_str()),
+            created: Arc::from(md.creation_timestamp.unwrap_or_default().as_str()),
             deleting: md.deletion_timestamp.is_some(),
             spec,
         })

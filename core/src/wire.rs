@@ -74,6 +74,16 @@ pub fn label_key(key: &ModelKey) -> String {
     }
 }
 
+/// Does OME cut this model's keys to a hash and a suffix? (The label budget is the smaller, so
+/// a truncated ConfigMap key implies a truncated label.) Only such keys collide without their
+/// text showing the other model's name.
+pub fn is_truncated(key: &ModelKey) -> bool {
+    match key.kind {
+        Kind::ClusterBaseModel => key.name.len() > CLUSTER_LABEL_NAME_BUDGET,
+        Kind::BaseModel => key.namespace.len() + key.name.len() > BASE_LABEL_BUDGET,
+    }
+}
+
 /// Is this a node label the agent manages?
 pub fn is_model_label(label: &str) -> bool {
     label.strip_prefix(LABEL_DOMAIN).is_some_and(|rest| rest.starts_with('/'))

@@ -499,6 +499,10 @@ fn log_note(note: &Note) {
         Note::ExitCancelled { key, uid } => {
             info!(model = %key, uid = %uid, "placement exit cancelled: the live Node still places the model here")
         }
+        Note::KeyCollision { key, uid, owner } => {
+            let reason = model_agent_core::machine::collision_reason(key, owner);
+            warn!(model = %key, uid = %uid, owner = %owner, reason = %reason, "model failed on this node: its label key collides")
+        }
     }
 }
 

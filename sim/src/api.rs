@@ -28,6 +28,8 @@ impl ApiObject {
             key: self.key.clone(),
             uid: self.uid.clone(),
             resource_version: Arc::from(self.rv.to_string().as_str()),
+            // Zero-padded so that text order is creation order, as with RFC 3339 timestamps.
+            created: Arc::from(format!("{:020}", self.created_rv).as_str()),
             deleting: self.deleting,
             spec: Ok(self.spec.clone()),
         }

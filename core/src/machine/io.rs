@@ -348,4 +348,7 @@ pub enum Note {
     NodeReadFailed { reason: String, retry_in_ms: u64 },
     /// A placement exit was cancelled: the live Node places the model here (the Node watch lagged).
     ExitCancelled { key: ModelKey, uid: Uid },
+    /// This model's label key or ConfigMap key is also `owner`'s, which ranks first: this model
+    /// writes nothing on this node (`collision_reason` says why) until the key is free.
+    KeyCollision { key: ModelKey, uid: Uid, owner: ModelKey },
 }

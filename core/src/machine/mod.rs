@@ -6,6 +6,7 @@
 //! incarnation is in flight at a time; its outcome comes back as an input.
 
 mod breaker;
+mod claims;
 mod drift;
 mod evidence;
 pub mod io;
@@ -27,6 +28,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 pub use breaker::Breaker;
+use claims::Claims;
+pub use claims::collision_reason;
 use drift::OrphanCheck;
 pub use io::*;
 pub use readiness::{Check, Readiness};
@@ -134,6 +137,8 @@ pub struct State {
     started: bool,
     /// Values are shared pointers: tree nodes move 8 bytes, not a whole record.
     slots: Map<ModelKey, Arc<Slot>>,
+    /// Which slots map to each label key and ConfigMap key (collisions are rare but real).
+    claims: Claims,
     kinds: [KindSync; 2],
     node: Option<Arc<NodeView>>,
     /// The step that gave `node`.
@@ -200,6 +205,7 @@ impl State {
             seq: 0,
             started: false,
             slots: Map::default(),
+            claims: Claims::default(),
             kinds: Default::default(),
             node: None,
             node_seq: 0,
@@ -406,5 +412,7 @@ enum Decision {
 mod tests;
 #[cfg(test)]
 mod tests_bounds;
+#[cfg(test)]
+mod tests_collisions;
 #[cfg(test)]
 mod tests_views;

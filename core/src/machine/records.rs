@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::io::{Cause, Confirmation, EffectId};
 use crate::dest_path::{DestPath, dest_path};
-use crate::model::{ModelObject, Uid};
+use crate::model::{ModelKey, ModelObject, Uid};
 use crate::time::Instant;
 use crate::wire::ModelStatus;
 
@@ -117,6 +117,8 @@ pub struct Incarnation {
     pub changed_seq: u64,
     /// The instant registered in the timer set for this incarnation.
     pub timer_at: Option<Instant>,
+    /// A colliding model that owns this one's shared label or entry key (noted when it changes).
+    pub held_by: Option<ModelKey>,
 }
 
 impl Incarnation {
@@ -134,6 +136,7 @@ impl Incarnation {
             blocked_until: None,
             changed_seq: seq,
             timer_at: None,
+            held_by: None,
         }
     }
 

@@ -1,5 +1,6 @@
 //! Settling a step: placement-exit marks, reads, and the next effect of every touched model.
 
+use super::claims::{Contest, contest};
 use super::evidence::decide_exit;
 use super::tables::{PlacementStep, placement_step};
 use super::watch::displace;
@@ -26,6 +27,14 @@ impl State {
         touched.sort();
         touched.dedup();
         for key in &touched {
+            self.settle_key(st, key);
+        }
+        // Who owns a shared key may have changed with any of its claimants.
+        let mut colliders: Vec<ModelKey> = touched.iter().flat_map(|k| self.claims.colliders(&self.slots, k)).collect();
+        colliders.sort_unstable();
+        colliders.dedup();
+        colliders.retain(|k| touched.binary_search(k).is_err());
+        for key in &colliders {
             self.settle_key(st, key);
         }
     }
@@ -71,8 +80,22 @@ impl State {
     /// Drive one touched model with a single map lookup: emit what its incarnations need next,
     /// sync their timers and the per-kind indexes, and drop the record once it is empty.
     pub(super) fn settle_key(&mut self, st: &mut Step, key: &ModelKey) {
-        let State { slots, kinds, node, root, config, timers, inflight, effect_id_next, shutting_down, stats, .. } =
-            self;
+        let State {
+            slots,
+            claims,
+            kinds,
+            node,
+            root,
+            config,
+            timers,
+            inflight,
+            effect_id_next,
+            shutting_down,
+            stats,
+            ..
+        } = self;
+        let contest = contest(slots, claims, node.as_deref(), key);
+        let synced = kinds.iter().all(|k| k.synced);
         let sync = &mut kinds[key.kind.index()];
         let Some(shared) = slots.get_mut(key) else {
             reindex_slot(sync, key, None);
@@ -87,12 +110,15 @@ impl State {
             shutting_down: *shutting_down,
             now: st.now,
             seq: st.seq,
+            contest: contest.as_ref(),
+            synced,
         };
         drive(&env, &mut emitter, timers, stats, key, slot);
         sync_timers(timers, key, slot);
         if slot.is_empty() {
             reindex_slot(sync, key, None);
             slots.remove(key);
+            claims.remove(key);
         } else {
             reindex_slot(sync, key, Some(slot));
         }
@@ -107,6 +133,9 @@ pub(super) struct Env<'a> {
     pub(super) shutting_down: bool,
     pub(super) now: Instant,
     pub(super) seq: u64,
+    /// Models whose keys collide with this one's (`claims::contest`); `None` when none do.
+    pub(super) contest: Option<&'a Contest>,
+    pub(super) synced: bool,
 }
 
 /// Emit the next effect of every incarnation of `key` that is free to act, and drop the
@@ -126,6 +155,7 @@ pub(super) fn drive(
     // Earlier incarnations first: the current one acts only once none of them is pending, has an
     // effect in flight, or is given one now.
     let mut former_unsettled = false;
+    let mut held_by = None;
     for inc in slot.former.iter().chain(slot.current.iter()) {
         let is_current = slot.current.as_ref().is_some_and(|c| c.uid() == inc.uid());
         if !is_current && (inc.is_pending() || inc.inflight.is_some()) {
@@ -134,17 +164,27 @@ pub(super) fn drive(
         if inc.inflight.is_some() || inc.blocked_until.is_some_and(|t| t > env.now) {
             continue;
         }
-        // Any other incarnation not confirmed gone may be the live one and own the label.
-        let label_fenced = slot.all().any(|o| o.uid() != inc.uid() && !o.is_confirmed() && o.claims_label());
+        // Any other incarnation not confirmed gone, of this name or a colliding one, may be the
+        // live one and own the label.
+        let label_fenced = env.contest.is_some_and(|c| c.fenced)
+            || slot.all().any(|o| o.uid() != inc.uid() && !o.is_confirmed() && o.claims_label());
         let ctx = Context {
             node: env.node,
             root: env.root,
             models_root: &env.config.models_root,
             label_fenced,
+            held_by: env.contest.and_then(|c| c.held_by.as_ref()).filter(|_| is_current),
+            synced: env.synced,
             former_owns_dir: is_current && former_owns_dir,
             predecessor_unsettled: is_current && former_unsettled,
         };
         let want = want(inc, &ctx);
+        if is_current {
+            held_by = match &want {
+                Want::Collides(owner) => Some(owner.clone()),
+                _ => None,
+            };
+        }
         match next_op(key, inc, &want, &ctx, env.now) {
             Some((op, _)) if env.shutting_down && op.is_destructive() => {}
             Some((op, what)) => {
@@ -155,6 +195,7 @@ pub(super) fn drive(
             None => {}
         }
     }
+    note_collision(emitter, key, slot, held_by);
     for (uid, op, what) in actions {
         if let IncOp::Publish { status: ModelStatus::Failed, reason } = &what {
             let reason = reason.as_deref().unwrap_or("Failed").to_string();
@@ -182,6 +223,20 @@ pub(super) fn drive(
     if !finished.is_empty() {
         stats.candidates += normalize(slot, env.now, env.seq);
     }
+}
+
+/// A current incarnation that starts or stops losing a shared key: noted once, and what it
+/// had published is no longer known (the owner writes the shared label and entry).
+fn note_collision(emitter: &mut Emitter, key: &ModelKey, slot: &mut Slot, held_by: Option<ModelKey>) {
+    let Some(inc) = slot.current.as_mut() else { return };
+    if inc.held_by == held_by {
+        return;
+    }
+    if let Some(owner) = &held_by {
+        emitter.notes.push(Note::KeyCollision { key: key.clone(), uid: inc.uid().clone(), owner: owner.clone() });
+    }
+    inc.held_by = held_by;
+    inc.published = Published::Unknown;
 }
 
 /// Keep a slot's shape true: an incarnation that is alive and unquestioned (`Observed`) is the

@@ -24,6 +24,8 @@ pub enum Want {
     Failed(String),
     Ready,
     Fetch(Plan),
+    /// Placed here, but a key it maps to is owned by this other model: write nothing.
+    Collides(ModelKey),
 }
 
 /// What the whole state contributes to one decision.
@@ -31,8 +33,14 @@ pub struct Context<'a> {
     pub node: Option<&'a NodeView>,
     pub root: Option<&'a RootProbe>,
     pub models_root: &'a str,
-    /// Another incarnation of this name, not confirmed gone, claims the node label: keep it.
+    /// Another incarnation of this name, or another model whose key collides, not confirmed
+    /// gone, claims the node label: keep it.
     pub label_fenced: bool,
+    /// A colliding model that ranks first owns the shared label and entry (`claims::contest`).
+    pub held_by: Option<&'a ModelKey>,
+    /// The first list of every kind has completed: until then a model that ranks first for a
+    /// shared key may not be known yet, so nothing is published.
+    pub synced: bool,
     /// An earlier incarnation still has a directory to move away first.
     pub former_owns_dir: bool,
     /// An earlier incarnation of this name awaits confirmation or has an effect in flight.
@@ -162,6 +170,14 @@ pub fn want(inc: &Incarnation, ctx: &Context) -> Want {
         return Want::Hold;
     }
     let Some(node) = ctx.node else { return Want::Hold };
+    if !ctx.synced {
+        return Want::Hold;
+    }
+    // Before anything that publishes, a malformed spec's Failed included: a shared key is
+    // written only by its owner.
+    if let Some(owner) = ctx.held_by {
+        return Want::Collides(owner.clone());
+    }
     let spec = match &inc.obj.spec {
         Err(reason) => return Want::Failed(format!("invalid model: {reason}")),
         Ok(spec) => spec,
@@ -230,7 +246,7 @@ pub fn next_op(key: &ModelKey, inc: &Incarnation, want: &Want, ctx: &Context, no
         Some((op, IncOp::Publish { status, reason }))
     };
     match want {
-        Want::Hold => None,
+        Want::Hold | Want::Collides(_) => None,
         Want::Absent => {
             if inc.published != Published::Nothing {
                 let op = Op::Unpublish {

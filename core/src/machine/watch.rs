@@ -36,7 +36,12 @@ impl State {
                         self.candidate(st, &key, None, CandidateEvent::Questioned(Cause::RelistVanished));
                     }
                 }
+                let was_synced = Kind::ALL.iter().all(|k| self.kinds[k.index()].synced);
                 self.kinds[kind.index()].synced = true;
+                if !was_synced && Kind::ALL.iter().all(|k| self.kinds[k.index()].synced) {
+                    // Every model known may publish now: none can be outranked by one not listed.
+                    st.dirty.extend(self.slots.keys().cloned());
+                }
                 if !self.drift_started && Kind::ALL.iter().all(|k| self.kinds[k.index()].synced) {
                     // The first snapshot comes as soon as every kind is synced: it tells what a
                     // previous run left on the node.
@@ -63,6 +68,9 @@ impl State {
         let key = obj.key.clone();
         let obj = Arc::new(obj);
         st.dirty.push(key.clone());
+        if !self.slots.contains_key(&key) {
+            self.claims.add(&key);
+        }
         let slot = Arc::make_mut(self.slots.entry(key.clone()).or_insert_with(|| {
             Arc::new(Slot { current: None, former: Vec::new(), indexed_pending: false, indexed_due: false })
         }));

@@ -1,0 +1,170 @@
+//! Colliding wire keys (core.md, "Label keys can collide"). OME's truncation lets two models map
+//! to one node label or ConfigMap key: ClusterBaseModel `basemodel.x` and BaseModel `x` in
+//! namespace `clusterbasemodel` both map to `models.ome.io/clusterbasemodel.basemodel.x`. Such a
+//! key is shared: one model owns its value, and it is removed only when no other model that
+//! may have it remains.
+
+use super::*;
+use std::hash::{Hash, Hasher};
+
+/// An index of the models whose keys OME truncates (a hash and a suffix): their colliders
+/// cannot be derived from the key text. Every other model's colliders are found by parsing its
+/// key back into the names that could produce it (`preimages`), so ordinary models cost nothing
+/// here. Keyed by a hash of the label key and of the ConfigMap key; a hash collision only costs
+/// a comparison.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Claims {
+    truncated: Map<u64, Arc<Vec<ModelKey>>>,
+}
+
+/// What the other models mapping to this model's keys mean for it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Contest {
+    /// Another model placed here ranks first for a key this one maps to: it owns the value, and
+    /// this one writes nothing.
+    pub(super) held_by: Option<ModelKey>,
+    /// Another model not confirmed gone may have the label, or is placed here and maps to it:
+    /// never remove it.
+    pub(super) fenced: bool,
+}
+
+fn hashes(key: &ModelKey) -> [u64; 2] {
+    let hash = |tag: u8, s: &str| {
+        let mut h = rustc_hash::FxHasher::default();
+        tag.hash(&mut h);
+        s.hash(&mut h);
+        h.finish()
+    };
+    [hash(0, &wire::label_key(key)), hash(1, &wire::configmap_key(key))]
+}
+
+/// Do the two models share a node label or a ConfigMap key?
+fn collide(a: &ModelKey, b: &ModelKey) -> bool {
+    a != b && (wire::label_key(a) == wire::label_key(b) || wire::configmap_key(a) == wire::configmap_key(b))
+}
+
+/// The untruncated model keys whose entry key could be `cm_key`-shaped `text`: a
+/// ClusterBaseModel after `clusterbasemodel.`, and a BaseModel at every `.basemodel.` split.
+fn preimages(text: &str) -> Vec<ModelKey> {
+    let mut out = Vec::new();
+    if let Some(name) = text.strip_prefix("clusterbasemodel.").filter(|n| !n.is_empty()) {
+        out.push(ModelKey::cluster(name));
+    }
+    for (at, _) in text.match_indices(".basemodel.") {
+        let (ns, name) = (&text[..at], &text[at + ".basemodel.".len()..]);
+        if !ns.is_empty() && !name.is_empty() {
+            out.push(ModelKey::namespaced(ns, name));
+        }
+    }
+    out
+}
+
+impl Claims {
+    pub(super) fn add(&mut self, key: &ModelKey) {
+        if !wire::is_truncated(key) {
+            return;
+        }
+        for h in hashes(key) {
+            let mut keys = self.truncated.get(&h).map(|ks| (**ks).clone()).unwrap_or_default();
+            if !keys.contains(key) {
+                keys.push(key.clone());
+                self.truncated.insert(h, Arc::new(keys));
+            }
+        }
+    }
+
+    pub(super) fn remove(&mut self, key: &ModelKey) {
+        if !wire::is_truncated(key) {
+            return;
+        }
+        for h in hashes(key) {
+            let Some(keys) = self.truncated.get(&h) else { continue };
+            let rest: Vec<ModelKey> = keys.iter().filter(|k| *k != key).cloned().collect();
+            if rest.is_empty() {
+                self.truncated.remove(&h);
+            } else {
+                self.truncated.insert(h, Arc::new(rest));
+            }
+        }
+    }
+
+    /// The other known models whose label key or ConfigMap key equals one of `key`'s.
+    pub(super) fn colliders(&self, slots: &Map<ModelKey, Arc<Slot>>, key: &ModelKey) -> Vec<ModelKey> {
+        let label = wire::label_key(key);
+        let label_suffix = label.strip_prefix(wire::LABEL_DOMAIN).and_then(|r| r.strip_prefix('/')).unwrap_or("");
+        let mut out: Vec<ModelKey> = preimages(label_suffix)
+            .into_iter()
+            .chain(preimages(&wire::configmap_key(key)))
+            .filter(|k| slots.contains_key(k) && collide(key, k))
+            .collect();
+        for h in hashes(key) {
+            if let Some(keys) = self.truncated.get(&h) {
+                out.extend(keys.iter().filter(|k| collide(key, k)).cloned());
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+}
+
+/// Static rank of a claim, first wins: a ClusterBaseModel (cluster-admin intent) before a
+/// BaseModel, then the older creationTimestamp, then the smaller uid. Every node and every
+/// restart agree on it.
+type Rank = (bool, Arc<str>, Uid);
+
+fn rank(key: &ModelKey, inc: &Incarnation) -> Rank {
+    (key.kind != Kind::ClusterBaseModel, inc.obj.created.clone(), inc.uid().clone())
+}
+
+/// The current incarnation of `slot` if it is alive as far as the core knows and placed here
+/// (or still has something here): only such a model can own a shared key.
+fn claimant<'a>(slot: &'a Slot, node: Option<&NodeView>) -> Option<&'a Incarnation> {
+    let inc = slot.current.as_ref()?;
+    let alive = matches!(inc.life, Life::Observed | Life::PendingConfirm { .. });
+    (alive && (eligible_now(inc, node) == Some(true) || inc.something_here())).then_some(inc)
+}
+
+/// How the models colliding with `key` bear on it. `None` when nothing collides (nearly always).
+pub(super) fn contest(
+    slots: &Map<ModelKey, Arc<Slot>>,
+    claims: &Claims,
+    node: Option<&NodeView>,
+    key: &ModelKey,
+) -> Option<Contest> {
+    let colliders = claims.colliders(slots, key);
+    if colliders.is_empty() {
+        return None;
+    }
+    let mut contest = Contest::default();
+    let mine = slots.get(key).and_then(|s| claimant(s, node)).map(|inc| rank(key, inc));
+    let mut best: Option<(Rank, &ModelKey)> = None;
+    for other in &colliders {
+        let Some(slot) = slots.get(other) else { continue };
+        // Removed only when no other model that may have it, or is placed here, maps to it.
+        contest.fenced |= slot.all().any(|i| !i.is_confirmed() && i.claims_label());
+        if let Some(inc) = claimant(slot, node) {
+            contest.fenced = true;
+            let r = rank(other, inc);
+            if best.as_ref().is_none_or(|(b, _)| r < *b) {
+                best = Some((r, other));
+            }
+        }
+    }
+    if let (Some(mine), Some((theirs, owner))) = (mine, best)
+        && theirs < mine
+    {
+        contest.held_by = Some(owner.clone());
+    }
+    Some(contest)
+}
+
+/// Why a model that loses a shared key is Failed on this node.
+pub fn collision_reason(key: &ModelKey, owner: &ModelKey) -> String {
+    format!(
+        "node label {} or ConfigMap key {} is also the key of {owner}, which ranks first \
+         (ClusterBaseModel, then older, then smaller uid); {key} is not reported on this node",
+        wire::label_key(key),
+        wire::configmap_key(key)
+    )
+}

@@ -1,0 +1,168 @@
+//! Colliding label keys (core.md, "Label keys can collide"): one owner per shared key, chosen by
+//! a static rank; the loser writes nothing; a shared key is removed only when no other model that
+//! may have it remains.
+
+use super::tests::*;
+use super::*;
+
+fn created(mut o: ModelObject, at: &str) -> ModelObject {
+    o.created = Arc::from(at);
+    o
+}
+
+/// ClusterBaseModel `basemodel.x` and BaseModel `x` in namespace `clusterbasemodel`.
+fn pair() -> (ModelObject, ModelObject) {
+    let cbm = obj(&ModelKey::cluster("basemodel.x"), "u-cbm", "local:///mnt/models/cbm", None);
+    let bm = obj(&ModelKey::namespaced("clusterbasemodel", "x"), "u-bm", "local:///mnt/models/bm", None);
+    assert_eq!(wire::label_key(&cbm.key), wire::label_key(&bm.key), "the keys collide");
+    assert_eq!(wire::configmap_key(&cbm.key), wire::configmap_key(&bm.key));
+    (created(cbm, "2026-06-01T00:00:00Z"), created(bm, "2026-01-01T00:00:00Z"))
+}
+
+/// Who wrote what, in order: (uid, label set) of the Publishes, repeats of one writer folded.
+fn publishers(effects: &[Effect]) -> Vec<(String, bool)> {
+    let mut out: Vec<(String, bool)> = effects
+        .iter()
+        .filter_map(|e| match &e.op {
+            Op::Publish { uid, label, .. } => Some((uid.as_str().to_string(), label.is_some())),
+            _ => None,
+        })
+        .collect();
+    out.dedup();
+    out
+}
+
+fn removes_label(effects: &[Effect]) -> bool {
+    effects.iter().any(|e| matches!(e.op, Op::Unpublish { remove_label: true, .. } | Op::RemoveOrphanLabel { .. }))
+}
+
+fn collision_notes(h: &H) -> Vec<(ModelKey, ModelKey)> {
+    h.notes
+        .iter()
+        .filter_map(|n| match n {
+            Note::KeyCollision { key, owner, .. } => Some((key.clone(), owner.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_cluster_base_model_owns_a_shared_key_and_the_colliding_base_model_writes_nothing() {
+    let (cbm, bm) = pair();
+    let mut h = H::new();
+    let e = h.start(false, vec![cbm.clone(), bm.clone()]);
+    let all = h.settle(e);
+    assert_eq!(publishers(&all), vec![("u-cbm".to_string(), true)], "{all:?}");
+    assert_eq!(collision_notes(&h), vec![(bm.key.clone(), cbm.key.clone())], "noted once, naming the owner");
+    let reason = collision_reason(&bm.key, &cbm.key);
+    assert!(reason.contains("ClusterBaseModel/basemodel.x") && reason.contains("clusterbasemodel.basemodel.x"));
+}
+
+#[test]
+fn a_later_cluster_base_model_takes_over_a_key_a_base_model_held() {
+    let (cbm, bm) = pair();
+    let mut h = H::new();
+    let e = h.start(false, vec![bm.clone()]);
+    assert_eq!(publishers(&h.settle(e)), vec![("u-bm".to_string(), true)]);
+    let e = h.apply(cbm.clone());
+    let all = h.settle(e);
+    assert_eq!(publishers(&all), vec![("u-cbm".to_string(), true)], "{all:?}");
+    assert!(destructive(&all).is_empty(), "the loser removes nothing: {all:?}");
+    assert_eq!(h.view(&bm.key, "u-bm").published, Published::Unknown);
+}
+
+#[test]
+fn deleting_the_loser_never_removes_the_owner_s_live_label() {
+    let (cbm, bm) = pair();
+    let mut h = H::new();
+    let e = h.start(false, vec![cbm.clone(), bm.clone()]);
+    h.settle(e);
+    let e = h.apply(deleting(bm.clone()));
+    let all = h.settle(e);
+    assert!(!removes_label(&all), "{all:?}");
+    assert!(publishers(&all).is_empty(), "{all:?}");
+    assert!(h.s.incarnation(&bm.key, &bm.uid).is_none(), "the loser's record is gone");
+}
+
+#[test]
+fn when_the_owner_goes_the_next_in_rank_publishes_and_the_label_stays() {
+    let (cbm, bm) = pair();
+    let mut h = H::new();
+    let e = h.start(false, vec![cbm.clone(), bm.clone()]);
+    h.settle(e);
+    let e = h.apply(deleting(cbm.clone()));
+    let all = h.settle(e);
+    assert!(!removes_label(&all), "the shared label is fenced by the live BaseModel: {all:?}");
+    assert_eq!(publishers(&all), vec![("u-bm".to_string(), true)], "{all:?}");
+    let unpublish = all.iter().position(|e| matches!(e.op, Op::Unpublish { .. })).expect("owner unpublishes");
+    let publish = all.iter().position(|e| matches!(e.op, Op::Publish { .. })).expect("next owner publishes");
+    assert!(unpublish < publish, "the old owner's entry goes before the new owner's is written: {all:?}");
+}
+
+#[test]
+fn a_namespace_named_after_a_victim_s_hash_never_takes_its_label() {
+    // A long namespace is cut to the 8 hex digits of its hash; a tenant names a namespace so.
+    let victim_key = ModelKey::namespaced("production-inference", "llama-3-70b-instruct-awq-quantized-v2");
+    let label = wire::label_key(&victim_key);
+    let (ns, name) = label.strip_prefix("models.ome.io/").unwrap().split_once(".basemodel.").unwrap();
+    let attacker_key = ModelKey::namespaced(ns, name);
+    assert_eq!(wire::label_key(&attacker_key), label, "the attacker's key collides");
+    let victim = created(obj(&victim_key, "u-victim", "local:///mnt/models/v", None), "2026-01-01T00:00:00Z");
+    let attacker = created(obj(&attacker_key, "u-attacker", "local:///mnt/models/a", None), "2026-02-01T00:00:00Z");
+    let mut h = H::new();
+    let e = h.start(false, vec![victim.clone()]);
+    h.settle(e);
+    let e = h.apply(attacker.clone());
+    let all = h.settle(e);
+    assert!(publishers(&all).is_empty(), "the younger model writes nothing: {all:?}");
+    let e = h.apply(deleting(attacker));
+    let all = h.settle(e);
+    assert!(!removes_label(&all) && publishers(&all).is_empty(), "{all:?}");
+    assert_eq!(
+        h.view(&victim_key, "u-victim").published,
+        Published::Status { status: ModelStatus::Ready, reason: None }
+    );
+}
+
+#[test]
+fn equal_rank_is_broken_by_the_smaller_uid_and_every_order_of_arrival_agrees() {
+    // Two BaseModels with no creationTimestamp: the uid decides.
+    let victim_key = ModelKey::namespaced("production-inference", "llama-3-70b-instruct-awq-quantized-v2");
+    let label = wire::label_key(&victim_key);
+    let (ns, name) = label.strip_prefix("models.ome.io/").unwrap().split_once(".basemodel.").unwrap();
+    let one = obj(&victim_key, "u-b", "local:///mnt/models/1", None);
+    let two = obj(&ModelKey::namespaced(ns, name), "u-a", "local:///mnt/models/2", None);
+    for order in [vec![one.clone(), two.clone()], vec![two.clone(), one.clone()]] {
+        let mut h = H::new();
+        let e = h.start(false, vec![]);
+        let mut all = h.settle(e);
+        for o in order {
+            let e = h.apply(o);
+            all.extend(h.settle(e));
+        }
+        let last = publishers(&all).last().cloned();
+        assert_eq!(last, Some(("u-a".to_string(), true)), "the smaller uid owns the key: {all:?}");
+    }
+}
+
+#[test]
+fn a_malformed_loser_never_publishes_failed_over_the_owner() {
+    let (cbm, mut bm) = pair();
+    bm.spec = Err("spec is malformed: missing storage".into());
+    let mut h = H::new();
+    let e = h.start(false, vec![cbm, bm]);
+    let all = h.settle(e);
+    assert_eq!(publishers(&all), vec![("u-cbm".to_string(), true)], "{all:?}");
+}
+
+#[test]
+fn the_claims_index_follows_slots_in_and_out() {
+    let (cbm, bm) = pair();
+    let mut h = H::new();
+    let e = h.start(false, vec![cbm.clone(), bm.clone()]);
+    h.settle(e);
+    assert_eq!(h.s.claims.colliders(&h.s.slots, &cbm.key), vec![bm.key.clone()]);
+    let e = h.apply(deleting(bm.clone()));
+    h.settle(e);
+    assert!(h.s.claims.colliders(&h.s.slots, &cbm.key).is_empty());
+}
