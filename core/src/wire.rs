@@ -268,10 +268,162 @@ impl ModelEntry {
     }
 }
 
+/// Who a ConfigMap entry says it belongs to. The agent writes its uid into every entry;
+/// OME's own agent writes none.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EntryOwner {
+    /// Not a ModelEntry: nobody can be shown to own it.
+    Unreadable,
+    /// A ModelEntry without a uid (written by OME's agent, or before uids).
+    Anonymous,
+    Uid(String),
+}
+
+impl EntryOwner {
+    /// The owner of a stored value.
+    pub fn of(value: &str) -> EntryOwner {
+        match ModelEntry::from_json(value) {
+            Err(_) => EntryOwner::Unreadable,
+            Ok(ModelEntry { uid: None, .. }) => EntryOwner::Anonymous,
+            Ok(ModelEntry { uid: Some(uid), .. }) => EntryOwner::Uid(uid),
+        }
+    }
+
+    /// The uid as an orphan sweep records it (`None` for anonymous and unreadable entries).
+    pub fn uid(&self) -> Option<&str> {
+        match self {
+            EntryOwner::Uid(u) => Some(u),
+            EntryOwner::Anonymous | EntryOwner::Unreadable => None,
+        }
+    }
+}
+
+/// The entry-ownership rule, in one place: may this entry be taken as `uid`'s? Its own entry,
+/// and one no other uid has claimed (anonymous or unreadable), are; another uid's never is.
+/// The core decides drift with it; the shell and the simulator remove entries with it.
+pub fn entry_is_of(owner: &EntryOwner, uid: &str) -> bool {
+    match owner {
+        EntryOwner::Uid(u) => u == uid,
+        EntryOwner::Anonymous | EntryOwner::Unreadable => true,
+    }
+}
+
+/// One change to a node's ConfigMap data, from one effect.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EntryWrite<V> {
+    /// Publish: write `value` (the entry of the publishing uid).
+    Put { cm_key: String, value: V },
+    /// Unpublish: remove the entry only if it is `uid`'s (`entry_is_of`).
+    Withdraw { cm_key: String, uid: String },
+    /// Orphan sweep: remove the entry only if its owner is still the one the snapshot saw
+    /// (`seen_uid`; `None` for anonymous or unreadable), so a rewrite since then is kept.
+    RemoveOrphan { cm_key: String, seen_uid: Option<String> },
+}
+
+/// A stored entry value whose owner can be read: the JSON text (shell) or a parsed form (sim).
+pub trait EntryValue: PartialEq + Clone {
+    fn owner(&self) -> EntryOwner;
+}
+
+impl EntryValue for String {
+    fn owner(&self) -> EntryOwner {
+        EntryOwner::of(self)
+    }
+}
+
+impl<V> EntryWrite<V> {
+    fn cm_key(&self) -> &String {
+        match self {
+            EntryWrite::Put { cm_key, .. }
+            | EntryWrite::Withdraw { cm_key, .. }
+            | EntryWrite::RemoveOrphan { cm_key, .. } => cm_key,
+        }
+    }
+
+    /// Does this write remove an entry whose owner is `owner`?
+    fn removes(&self, owner: &EntryOwner) -> bool {
+        match self {
+            EntryWrite::Put { .. } => false,
+            EntryWrite::Withdraw { uid, .. } => entry_is_of(owner, uid),
+            EntryWrite::RemoveOrphan { seen_uid, .. } => owner.uid() == seen_uid.as_deref(),
+        }
+    }
+}
+
+/// Apply `writes`, in order, to a ConfigMap's data; returns whether anything changed and the
+/// entries removed with their owners (for logs and the simulator's checks).
+pub fn apply_entry_writes<V: EntryValue>(
+    data: &mut BTreeMap<String, V>,
+    writes: &[EntryWrite<V>],
+) -> (bool, Vec<(String, EntryOwner)>) {
+    let mut changed = false;
+    let mut removed = Vec::new();
+    for w in writes {
+        if let EntryWrite::Put { cm_key, value } = w {
+            if data.get(cm_key) != Some(value) {
+                data.insert(cm_key.clone(), value.clone());
+                changed = true;
+            }
+            continue;
+        }
+        let Some(owner) = data.get(w.cm_key()).map(EntryValue::owner) else { continue };
+        if w.removes(&owner) {
+            data.remove(w.cm_key());
+            removed.push((w.cm_key().clone(), owner));
+            changed = true;
+        }
+    }
+    (changed, removed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_entry_ownership_rule_row_by_row() {
+        let of = |uid: Option<&str>| {
+            ModelEntry { uid: uid.map(str::to_string), ..ModelEntry::new("m", ModelStatus::Ready) }.to_json()
+        };
+        let data = || {
+            BTreeMap::from([
+                ("mine".to_string(), of(Some("u1"))),
+                ("theirs".to_string(), of(Some("u2"))),
+                ("anonymous".to_string(), of(None)),
+                ("garbage".to_string(), "{".to_string()),
+            ])
+        };
+        let withdraw = |k: &str| EntryWrite::Withdraw { cm_key: k.to_string(), uid: "u1".to_string() };
+        let mut d = data();
+        let (changed, removed) = apply_entry_writes(
+            &mut d,
+            &[withdraw("mine"), withdraw("theirs"), withdraw("anonymous"), withdraw("garbage"), withdraw("absent")],
+        );
+        assert!(changed);
+        let removed: Vec<&str> = removed.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(removed, ["mine", "anonymous", "garbage"], "another uid's entry is never withdrawn");
+        assert_eq!(d.keys().collect::<Vec<_>>(), ["theirs"]);
+        let orphan = |k: &str, seen: Option<&str>| EntryWrite::RemoveOrphan {
+            cm_key: k.to_string(),
+            seen_uid: seen.map(str::to_string),
+        };
+        let mut d = data();
+        let (_, removed) = apply_entry_writes(
+            &mut d,
+            &[
+                orphan("mine", Some("u9")),
+                orphan("theirs", Some("u2")),
+                orphan("anonymous", None),
+                orphan("garbage", None),
+            ],
+        );
+        let removed: Vec<&str> = removed.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(removed, ["theirs", "anonymous", "garbage"], "an entry rewritten since the snapshot is kept");
+        let mut d = data();
+        let put = EntryWrite::Put { cm_key: "mine".to_string(), value: of(Some("u1")) };
+        assert_eq!(apply_entry_writes(&mut d, &[put]), (false, vec![]), "an identical write changes nothing");
+    }
 
     #[test]
     fn label_keys_match_the_worked_examples() {

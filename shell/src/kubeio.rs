@@ -17,7 +17,7 @@ use model_agent_core::machine::{
     DriftSnapshot, EffectId, EntryView, Input, ListResult, NodeReadResult, Outcome, ReadResult, WatchEvent,
 };
 use model_agent_core::placement::NodeView;
-use model_agent_core::wire::{self, ModelEntry, ModelStatus};
+use model_agent_core::wire::{self, ModelStatus};
 use model_agent_core::{Kind, ModelKey, ModelObject};
 
 use crate::metrics::Metrics;
@@ -292,8 +292,23 @@ async fn apply_batch(client: &Client, node: &str, namespace: &str, batch: &[Writ
     Ok(())
 }
 
-fn entry_uid(value: &str) -> Result<Option<String>, String> {
-    ModelEntry::from_json(value).map(|e| e.uid)
+/// The ConfigMap side of a batch, in order, under the one entry-ownership rule (`core::wire`).
+fn entry_writes(batch: &[Write]) -> Vec<wire::EntryWrite<String>> {
+    batch
+        .iter()
+        .filter_map(|w| match w {
+            Write::Publish { cm_key, entry, .. } => {
+                Some(wire::EntryWrite::Put { cm_key: cm_key.clone(), value: entry.clone() })
+            }
+            Write::Unpublish { cm_key, uid, .. } => {
+                Some(wire::EntryWrite::Withdraw { cm_key: cm_key.clone(), uid: uid.clone() })
+            }
+            Write::OrphanEntry { cm_key, uid, .. } => {
+                Some(wire::EntryWrite::RemoveOrphan { cm_key: cm_key.clone(), seen_uid: uid.clone() })
+            }
+            Write::OrphanLabel { .. } => None,
+        })
+        .collect()
 }
 
 /// Read-modify-write of this node's ConfigMap with its resourceVersion: a conflict re-reads and
@@ -306,36 +321,8 @@ async fn write_configmap(client: &Client, node: &str, namespace: &str, batch: &[
             api.get_opt(&identity.name).await.map_err(|e| format!("GET configmap {namespace}/{node}: {e}"))?;
         let exists = current.is_some();
         let mut cm = current.unwrap_or_default();
-        let mut changed = false;
         let data = cm.data.get_or_insert_with(Default::default);
-        for w in batch {
-            match w {
-                Write::Publish { cm_key, entry, .. } => {
-                    if data.get(cm_key) != Some(entry) {
-                        data.insert(cm_key.clone(), entry.clone());
-                        changed = true;
-                    }
-                }
-                Write::Unpublish { cm_key, uid, .. } => {
-                    // Only an entry of this uid (or one written without a uid, or unreadable).
-                    let ours = data
-                        .get(cm_key)
-                        .is_some_and(|v| entry_uid(v).map_or(true, |u| u.as_deref().is_none_or(|u| u == uid)));
-                    if ours {
-                        data.remove(cm_key);
-                        changed = true;
-                    }
-                }
-                Write::OrphanEntry { cm_key, uid, .. } => {
-                    let same = data.get(cm_key).is_some_and(|v| entry_uid(v).is_ok_and(|u| u == *uid));
-                    if same {
-                        data.remove(cm_key);
-                        changed = true;
-                    }
-                }
-                Write::OrphanLabel { .. } => {}
-            }
-        }
+        let (mut changed, _) = wire::apply_entry_writes(data, &entry_writes(batch));
         // OME's identity labels and annotations, restored if someone removed them (upstream's
         // self-heal recreated the ConfigMap without them and the controller lost the node).
         let md = &mut cm.metadata;
@@ -385,10 +372,7 @@ pub async fn snapshot_api(client: &Client, node: &str, namespace: &str) -> Resul
         .unwrap_or_default()
         .into_iter()
         .map(|(k, v)| {
-            let view = match ModelEntry::from_json(&v) {
-                Ok(e) => EntryView { status: Some(e.status), uid: e.uid },
-                Err(_) => EntryView { status: None, uid: None },
-            };
+            let view = EntryView::of(&v);
             (k, view)
         })
         .collect();

@@ -41,7 +41,7 @@ impl State {
                     continue;
                 }
                 let label_is_its = i == 0 || !has_current;
-                let entry_is_its = entry.is_some_and(|e| e.uid.as_deref().is_none_or(|u| u == inc.uid().as_str()));
+                let entry_is_its = entry.is_some_and(|e| wire::entry_is_of(&e.owner(), inc.uid().as_str()));
                 let seen_label = if label_is_its { label_present } else { false };
                 let observed = match (seen_label, entry_is_its) {
                     (false, false) => Published::Nothing,

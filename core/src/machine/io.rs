@@ -8,7 +8,7 @@ use crate::dest_path::DestPath;
 use crate::model::{Kind, ModelKey, ModelObject, Uid};
 use crate::placement::NodeView;
 use crate::time::Instant;
-use crate::wire::{ModelEntry, ModelStatus};
+use crate::wire::{EntryOwner, ModelEntry, ModelStatus};
 
 /// `--models-root-write-check`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -192,6 +192,24 @@ pub struct EntryView {
     /// `None` when the value is not a ModelEntry the agent understands.
     pub status: Option<ModelStatus>,
     pub uid: Option<String>,
+}
+
+impl EntryView {
+    /// The view of a stored value.
+    pub fn of(value: &str) -> EntryView {
+        match ModelEntry::from_json(value) {
+            Ok(e) => EntryView { status: Some(e.status), uid: e.uid },
+            Err(_) => EntryView { status: None, uid: None },
+        }
+    }
+
+    pub fn owner(&self) -> EntryOwner {
+        match (&self.status, &self.uid) {
+            (None, _) => EntryOwner::Unreadable,
+            (Some(_), None) => EntryOwner::Anonymous,
+            (Some(_), Some(uid)) => EntryOwner::Uid(uid.clone()),
+        }
+    }
 }
 
 /// Stable id of one effect; its outcome comes back with the same id.
