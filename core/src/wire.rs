@@ -25,6 +25,18 @@ const CLUSTER_CM_NAME_BUDGET: usize = MAX_CONFIGMAP_KEY_LENGTH - "clusterbasemod
 const BASE_CM_BUDGET: usize = MAX_CONFIGMAP_KEY_LENGTH - ".basemodel.".len(); // 242
 const NAMESPACE_BUDGET_MAX: usize = 8;
 
+// The budgets are OME's numbers; these are the relations the code relies on.
+const _: () = assert!(CLUSTER_LABEL_NAME_BUDGET == 32 && BASE_LABEL_BUDGET == 38);
+const _: () = assert!(CLUSTER_CM_NAME_BUDGET == 236 && BASE_CM_BUDGET == 242);
+// A label name is at most 63 characters (Kubernetes), and the prefix plus name fit a key.
+const _: () = assert!(MAX_LABEL_NAME_LENGTH <= 63);
+// A truncated name keeps the 8 hex digits, a dash and at least one character.
+const _: () =
+    assert!(NAMESPACE_BUDGET_MAX == HASH_HEX_DIGITS && BASE_LABEL_BUDGET > NAMESPACE_BUDGET_MAX + HASH_HEX_DIGITS + 1);
+// A truncated ConfigMap key implies a truncated label (`is_truncated` checks the label only).
+const _: () = assert!(CLUSTER_LABEL_NAME_BUDGET <= CLUSTER_CM_NAME_BUDGET && BASE_LABEL_BUDGET <= BASE_CM_BUDGET);
+const HASH_HEX_DIGITS: usize = 8;
+
 /// First 8 hex digits of sha256(s).
 fn hash8(s: &str) -> String {
     let digest = Sha256::digest(s.as_bytes());

@@ -88,6 +88,11 @@ impl Claims {
         }
     }
 
+    /// Is `key` in the index (under its label key's hash)?
+    pub(super) fn indexes(&self, key: &ModelKey) -> bool {
+        self.truncated.get(&hashes(key)[0]).is_some_and(|ks| ks.contains(key))
+    }
+
     /// The other known models whose label key or ConfigMap key equals one of `key`'s.
     pub(super) fn colliders(&self, slots: &Map<ModelKey, Arc<Slot>>, key: &ModelKey) -> Vec<ModelKey> {
         let label = wire::label_key(key);

@@ -9,6 +9,7 @@ mod breaker;
 mod claims;
 mod drift;
 mod evidence;
+mod invariants;
 pub mod io;
 mod outcomes;
 mod readiness;
@@ -238,7 +239,7 @@ impl State {
     }
 
     pub fn next_deadline(&self) -> Option<Instant> {
-        if !self.backlog.is_empty() {
+        if self.backlog_releasable() {
             return Some(self.now_last);
         }
         self.timers.get_min().map(|(t, _)| *t)
@@ -287,20 +288,38 @@ impl State {
         self.apply_verdicts(&mut st);
         self.settle(&mut st);
         let effects = self.release_effects(st.out);
+        #[cfg(debug_assertions)]
+        if let Err(broken) = self.invariants() {
+            panic!("invariant broken after step {} at {now:?}: {broken}", self.seq);
+        }
         Output { effects, notes: st.notes }
     }
 
-    /// At most `effects_per_step_max` effects leave per step, the backlog's first.
+    /// At most `effects_per_step_max` effects leave per step, the backlog's first. After
+    /// shutdown, a destructive effect still waiting stays where it is: it never leaves.
     fn release_effects(&mut self, decided: Vec<Effect>) -> Vec<Effect> {
         let limit = self.config.effects_per_step_max.max(1);
         if self.backlog.is_empty() && decided.len() <= limit {
             return decided;
         }
         self.backlog.extend(decided);
-        let rest = self.backlog.split_off(limit.min(self.backlog.len()));
-        let released: Vec<Effect> = std::mem::replace(&mut self.backlog, rest).into_iter().collect();
+        let mut released = Vec::new();
+        let mut kept = imbl::Vector::new();
+        for effect in std::mem::take(&mut self.backlog) {
+            if released.len() < limit && !(self.shutting_down && effect.op.is_destructive()) {
+                released.push(effect);
+            } else {
+                kept.push_back(effect);
+            }
+        }
+        self.backlog = kept;
         debug_assert!(released.len() <= limit);
         released
+    }
+
+    /// Could the backlog release anything at the next step?
+    fn backlog_releasable(&self) -> bool {
+        self.backlog.iter().any(|e| !(self.shutting_down && e.op.is_destructive()))
     }
 
     // ------------------------------------------------------------------------------------------

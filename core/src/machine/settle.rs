@@ -188,6 +188,15 @@ pub(super) fn drive(
         match next_op(key, inc, &want, &ctx, env.now) {
             Some((op, _)) if env.shutting_down && op.is_destructive() => {}
             Some((op, what)) => {
+                // Paired with `invariants()`: destruction only from a confirmed or withdrawn
+                // incarnation, and only one effect in flight for it.
+                debug_assert!(
+                    !op.is_destructive() || matches!(inc.life, Life::Confirmed { .. } | Life::Withdrawn),
+                    "{key} {}: destructive {op:?} from {:?}",
+                    inc.uid(),
+                    inc.life
+                );
+                debug_assert!(inc.inflight.is_none(), "{key} {}: a second effect in flight", inc.uid());
                 former_unsettled |= !is_current;
                 actions.push((inc.uid().clone(), op, what));
             }

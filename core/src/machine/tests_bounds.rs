@@ -62,3 +62,32 @@ fn sorted_ops(mut ops: Vec<String>) -> Vec<String> {
     ops.sort();
     ops
 }
+
+#[test]
+fn invariants_catch_a_broken_record() {
+    let mut h = H::new();
+    let e = h.start(false, vec![local("m", "u1")]);
+    h.settle(e);
+    assert_eq!(h.s.invariants(), Ok(()));
+    let key = ModelKey::cluster("m");
+    let mut broken = h.s.clone();
+    let slot = Arc::make_mut(broken.slots.get_mut(&key).unwrap());
+    slot.current.as_mut().unwrap().timer_at = Some(Instant(123));
+    assert!(broken.invariants().unwrap_err().contains("not registered"));
+    let mut broken = h.s.clone();
+    Arc::make_mut(broken.slots.get_mut(&key).unwrap()).current.as_mut().unwrap().inflight = Some(EffectId(999));
+    assert!(broken.invariants().unwrap_err().contains("in flight is owned by None"));
+    let mut broken = h.s.clone();
+    broken.kinds[Kind::ClusterBaseModel.index()].pending.insert(key.clone());
+    assert!(broken.invariants().unwrap_err().contains("pending index"));
+}
+
+#[test]
+#[should_panic(expected = "time went backwards")]
+fn time_never_goes_backwards() {
+    let mut h = H::new();
+    h.now = 1_000;
+    h.input(Input::Tick);
+    h.now = 999;
+    h.input(Input::Tick);
+}
