@@ -424,7 +424,7 @@ impl ModelSpec {
 pub fn requirement(key: &str, operator: &str, values: &[&str]) -> NodeSelectorRequirement {
     NodeSelectorRequirement {
         key: key.to_string(),
-        operator: operator.to_string(),
+        operator: crate::placement::Operator::from(operator.to_string()),
         values: values.iter().map(|v| v.to_string()).collect(),
     }
 }

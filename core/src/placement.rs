@@ -24,9 +24,62 @@ pub struct NodeSelectorRequirement {
     #[serde(default)]
     pub key: String,
     #[serde(default)]
-    pub operator: String,
+    pub operator: Operator,
     #[serde(default)]
     pub values: Vec<String>,
+}
+
+/// `corev1.NodeSelectorOperator`, parsed once when the spec is decoded (not matched as text on
+/// every evaluation). An operator Kubernetes does not define is kept, so that the model is
+/// reported with it, and matches no node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub enum Operator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+    Gt,
+    Lt,
+    #[default]
+    Missing,
+    Unknown(String),
+}
+
+impl From<String> for Operator {
+    fn from(s: String) -> Operator {
+        match s.as_str() {
+            "In" => Operator::In,
+            "NotIn" => Operator::NotIn,
+            "Exists" => Operator::Exists,
+            "DoesNotExist" => Operator::DoesNotExist,
+            "Gt" => Operator::Gt,
+            "Lt" => Operator::Lt,
+            "" => Operator::Missing,
+            _ => Operator::Unknown(s),
+        }
+    }
+}
+
+impl From<Operator> for String {
+    fn from(op: Operator) -> String {
+        op.as_str().to_string()
+    }
+}
+
+impl Operator {
+    pub fn as_str(&self) -> &str {
+        match self {
+            Operator::In => "In",
+            Operator::NotIn => "NotIn",
+            Operator::Exists => "Exists",
+            Operator::DoesNotExist => "DoesNotExist",
+            Operator::Gt => "Gt",
+            Operator::Lt => "Lt",
+            Operator::Missing => "",
+            Operator::Unknown(s) => s,
+        }
+    }
 }
 
 /// The node as eligibility sees it.
@@ -89,8 +142,8 @@ fn term_matches(term: &NodeSelectorTerm, node: &NodeView) -> Result<(), String> 
         if req.key != "metadata.name" {
             return Err(format!("matchFields key {:?} is not supported (only metadata.name)", req.key));
         }
-        if req.operator != "In" && req.operator != "NotIn" {
-            return Err(format!("matchFields operator {:?} is not allowed (only In, NotIn)", req.operator));
+        if !matches!(req.operator, Operator::In | Operator::NotIn) {
+            return Err(format!("matchFields operator {:?} is not allowed (only In, NotIn)", req.operator.as_str()));
         }
         requirement_matches(req, Some(&node.name))?;
     }
@@ -101,35 +154,36 @@ fn term_matches(term: &NodeSelectorTerm, node: &NodeView) -> Result<(), String> 
 pub fn requirement_matches(req: &NodeSelectorRequirement, value: Option<&str>) -> Result<(), String> {
     let key = &req.key;
     let values = &req.values;
-    match req.operator.as_str() {
-        "In" => match value {
+    match &req.operator {
+        Operator::In => match value {
             Some(v) if values.iter().any(|x| x == v) => Ok(()),
             Some(v) => Err(format!("{key}={v} is not In {values:?}")),
             None => Err(format!("{key} is missing (In {values:?})")),
         },
-        "NotIn" => match value {
+        Operator::NotIn => match value {
             Some(v) if values.iter().any(|x| x == v) => Err(format!("{key}={v} is in NotIn {values:?}")),
             _ => Ok(()),
         },
-        "Exists" => value.map(|_| ()).ok_or_else(|| format!("{key} does not exist")),
-        "DoesNotExist" => match value {
+        Operator::Exists => value.map(|_| ()).ok_or_else(|| format!("{key} does not exist")),
+        Operator::DoesNotExist => match value {
             Some(_) => Err(format!("{key} exists (DoesNotExist)")),
             None => Ok(()),
         },
-        "Gt" | "Lt" => {
-            let op = req.operator.as_str();
+        op @ (Operator::Gt | Operator::Lt) => {
+            let op_name = op.as_str();
             let [bound] = values.as_slice() else {
-                return Err(format!("{key} {op} needs exactly one value, has {}", values.len()));
+                return Err(format!("{key} {op_name} needs exactly one value, has {}", values.len()));
             };
-            let bound: i64 = bound.parse().map_err(|_| format!("{key} {op} {bound:?}: the value is not an integer"))?;
+            let bound: i64 =
+                bound.parse().map_err(|_| format!("{key} {op_name} {bound:?}: the value is not an integer"))?;
             let Some(v) = value else {
-                return Err(format!("{key} is missing ({op} {bound})"));
+                return Err(format!("{key} is missing ({op_name} {bound})"));
             };
-            let v: i64 = v.parse().map_err(|_| format!("{key}={v:?} is not an integer ({op} {bound})"))?;
-            let ok = if op == "Gt" { v > bound } else { v < bound };
-            if ok { Ok(()) } else { Err(format!("{key}={v} is not {op} {bound}")) }
+            let v: i64 = v.parse().map_err(|_| format!("{key}={v:?} is not an integer ({op_name} {bound})"))?;
+            let ok = if *op == Operator::Gt { v > bound } else { v < bound };
+            if ok { Ok(()) } else { Err(format!("{key}={v} is not {op_name} {bound}")) }
         }
-        other => Err(format!("unknown operator {other:?} on {key}")),
+        other => Err(format!("unknown operator {:?} on {key}", other.as_str())),
     }
 }
 
@@ -198,7 +252,13 @@ mod tests {
         assert_eq!(r("Gt", &["4"], Some("b")), Err("k=\"b\" is not an integer (Gt 4)".into()));
         assert_eq!(r("Lt", &["x"], Some("1")), Err("k Lt \"x\": the value is not an integer".into()));
         assert!(r("Gt", &["1", "2"], Some("3")).unwrap_err().contains("exactly one value"));
-        assert!(r("Near", &[], Some("3")).unwrap_err().contains("unknown operator"));
+        assert!(r("Near", &[], Some("3")).unwrap_err().contains("unknown operator \"Near\""));
+        assert!(r("", &[], Some("3")).unwrap_err().contains("unknown operator \"\""));
+        // Parsed once, written back byte for byte.
+        for op in ["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt", "Near"] {
+            let parsed: Operator = serde_json::from_value(serde_json::json!(op)).unwrap();
+            assert_eq!(serde_json::to_value(&parsed).unwrap(), serde_json::json!(op));
+        }
     }
 
     #[test]
