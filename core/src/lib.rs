@@ -4,12 +4,14 @@
 //! fold into per-model states; effects come out as plain data. No I/O, no clock, no OS
 //! randomness: the same config, seed and inputs always give the same effects.
 //!
-//! - [`model`], [`storage_uri`], [`placement`], [`dest_path`]: the model domain.
+//! - [`model`], [`lean`], [`storage_uri`], [`placement`], [`dest_path`]: the model domain (and
+//!   its lean decoding from the API's JSON).
 //! - [`wire`]: OME's label keys, ConfigMap keys and `ModelEntry` JSON, byte for byte.
 //! - [`machine`]: the state machine (`step`, `next_deadline`, readiness).
 //! - [`trace`]: recording and replaying the inputs of a run.
 
 pub mod dest_path;
+pub mod lean;
 pub mod machine;
 pub mod model;
 pub mod pcoll;

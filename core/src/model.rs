@@ -330,7 +330,7 @@ impl ModelObject {
             Some(v) if json_bytes(v) > spec_bytes_max => Err(too_big(json_bytes(v), spec_bytes_max)),
             Some(v) => ApiModelSpec::deserialize(v).map_err(|e| format!("spec is malformed: {e}")),
         };
-        ModelObject::from_api_spec(kind, metadata, spec)
+        ModelObject::from_parts(kind, metadata, spec)
     }
 
     /// Build the lean object from the API shape. Only identity errors are errors; a bad spec is
@@ -343,10 +343,12 @@ impl ModelObject {
                 Ok(spec) => Ok(spec),
             },
         };
-        ModelObject::from_api_spec(kind, api.metadata, spec)
+        ModelObject::from_parts(kind, api.metadata, spec)
     }
 
-    fn from_api_spec(
+    /// Build the lean object from its metadata and its spec (parsed, or why not): the shell's
+    /// path, which decodes both straight from the API's bytes (`lean::LeanSpec`).
+    pub fn from_parts(
         kind: Kind,
         md: ApiMetadata,
         spec: Result<ApiModelSpec, String>,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Config};
 use tokio::sync::mpsc;
@@ -20,6 +20,7 @@ use model_agent_core::placement::NodeView;
 use model_agent_core::wire::{self, ModelStatus};
 use model_agent_core::{Kind, ModelKey, ModelObject};
 
+use crate::lean_model::LeanModel;
 use crate::metrics::Metrics;
 
 /// A live read not answered by then is failed (the core also keeps its own 10 s deadline).
@@ -50,18 +51,22 @@ pub async fn client(kubeconfig: Option<&str>) -> Result<Client, String> {
 }
 
 /// One object from the API, as the core keeps it. An object that cannot be identified is
-/// logged and skipped: it can never turn into a delete.
-/// A spec over `spec_bytes_max` (`Config::object_bytes_max`) is kept as identity and a reason.
-pub fn to_model(kind: Kind, obj: &DynamicObject, spec_bytes_max: usize) -> Option<ModelObject> {
-    let value = serde_json::to_value(obj).ok()?;
-    match ModelObject::from_json_bounded(kind, &value, spec_bytes_max) {
+/// logged and skipped: it can never turn into a delete. A spec over `spec_bytes_max`
+/// (`Config::object_bytes_max`) is kept as identity and a reason.
+pub fn to_model(kind: Kind, obj: LeanModel, spec_bytes_max: usize) -> Option<ModelObject> {
+    let name = obj.metadata.name.clone();
+    match obj.into_model(kind, spec_bytes_max) {
         Ok(m) => Some(m),
         Err(e) => {
-            warn!(kind = %kind, name = ?obj.metadata.name, error = %e, "skipping a model object that cannot be identified");
+            warn!(kind = %kind, name = ?name, error = %e, "skipping a model object that cannot be identified");
             None
         }
     }
 }
+
+/// Objects per page of the watcher's (re)lists: what one response holds is at most this many
+/// objects (each at most the API server's object size limit, 1.5 MiB by default).
+pub const WATCH_PAGE_ITEMS: u32 = 100;
 
 /// Watch one model kind (all namespaces) and feed its events, relist boundaries included, to
 /// the core. The watcher's default list semantic (a quorum read) is kept.
@@ -72,22 +77,22 @@ pub async fn watch_models(
     tx: mpsc::Sender<Input>,
     metrics: Arc<Metrics>,
 ) {
-    let api: Api<DynamicObject> = Api::all_with(client, &model_resource(kind));
-    let stream = watcher(api, watcher::Config::default()).default_backoff();
+    let api: Api<LeanModel> = Api::all_with(client, &model_resource(kind));
+    let stream = watcher(api, watcher::Config::default().page_size(WATCH_PAGE_ITEMS)).default_backoff();
     futures::pin_mut!(stream);
     while let Some(event) = stream.next().await {
         let event = match event {
             Ok(watcher::Event::Init) => WatchEvent::RelistStarted,
-            Ok(watcher::Event::InitApply(o)) => match to_model(kind, &o, spec_bytes_max) {
+            Ok(watcher::Event::InitApply(o)) => match to_model(kind, o, spec_bytes_max) {
                 Some(m) => WatchEvent::RelistItem(m),
                 None => continue,
             },
             Ok(watcher::Event::InitDone) => WatchEvent::RelistDone,
-            Ok(watcher::Event::Apply(o)) => match to_model(kind, &o, spec_bytes_max) {
+            Ok(watcher::Event::Apply(o)) => match to_model(kind, o, spec_bytes_max) {
                 Some(m) => WatchEvent::Applied(m),
                 None => continue,
             },
-            Ok(watcher::Event::Delete(o)) => match to_model(kind, &o, spec_bytes_max) {
+            Ok(watcher::Event::Delete(o)) => match to_model(kind, o, spec_bytes_max) {
                 Some(m) => WatchEvent::Deleted(m),
                 None => continue,
             },
@@ -127,7 +132,7 @@ pub async fn watch_node(client: Client, node: String, tx: mpsc::Sender<Input>, m
     }
 }
 
-fn model_api(client: &Client, key: &ModelKey) -> Api<DynamicObject> {
+fn model_api(client: &Client, key: &ModelKey) -> Api<LeanModel> {
     let ar = model_resource(key.kind);
     match key.kind {
         Kind::ClusterBaseModel => Api::all_with(client.clone(), &ar),
@@ -142,7 +147,7 @@ pub async fn live_get(client: &Client, key: &ModelKey, spec_bytes_max: usize) ->
         Err(_) => ReadResult::Failed(format!("GET {key} timed out after {} s", LIVE_READ_TIMEOUT.as_secs())),
         Ok(Err(e)) => ReadResult::Failed(format!("GET {key}: {e}")),
         Ok(Ok(None)) => ReadResult::NotFound,
-        Ok(Ok(Some(obj))) => match to_model(key.kind, &obj, spec_bytes_max) {
+        Ok(Ok(Some(obj))) => match to_model(key.kind, obj, spec_bytes_max) {
             Some(m) => ReadResult::Found(m),
             None => ReadResult::Failed(format!("GET {key}: the object cannot be identified")),
         },
@@ -150,15 +155,15 @@ pub async fn live_get(client: &Client, key: &ModelKey, spec_bytes_max: usize) ->
 }
 
 /// Objects per page of a live LIST: bounds what one response holds in memory.
-pub const LIST_PAGE_ITEMS: u32 = 500;
-/// Pages of one live LIST before it is given up as failed (5,000,000 objects).
+pub const LIST_PAGE_ITEMS: u32 = WATCH_PAGE_ITEMS;
+/// Pages of one live LIST before it is given up as failed (1,000,000 objects).
 pub const LIST_PAGES_MAX: usize = 10_000;
 
 /// Quorum LIST of one kind, paged and followed to the end, bounded in time. An item that cannot
 /// be identified, or a continue token that cannot be followed, fails the whole read: a partial
 /// list must never answer a candidate as NotFound.
 pub async fn live_list(client: &Client, kind: Kind, spec_bytes_max: usize) -> ListResult {
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &model_resource(kind));
+    let api: Api<LeanModel> = Api::all_with(client.clone(), &model_resource(kind));
     match tokio::time::timeout(LIVE_READ_TIMEOUT, list_pages(&api, kind, spec_bytes_max)).await {
         Err(_) => {
             ListResult::Failed(format!("LIST {} timed out after {} s", kind.plural(), LIVE_READ_TIMEOUT.as_secs()))
@@ -168,7 +173,7 @@ pub async fn live_list(client: &Client, kind: Kind, spec_bytes_max: usize) -> Li
     }
 }
 
-async fn list_pages(api: &Api<DynamicObject>, kind: Kind, spec_bytes_max: usize) -> Result<Vec<ModelObject>, String> {
+async fn list_pages(api: &Api<LeanModel>, kind: Kind, spec_bytes_max: usize) -> Result<Vec<ModelObject>, String> {
     let mut objects = Vec::new();
     let mut token: Option<String> = None;
     for _ in 0..LIST_PAGES_MAX {
@@ -177,8 +182,8 @@ async fn list_pages(api: &Api<DynamicObject>, kind: Kind, spec_bytes_max: usize)
             params = params.continue_token(t);
         }
         let page = api.list(&params).await.map_err(|e| e.to_string())?;
-        for item in &page.items {
-            let name = item.metadata.name.as_deref().unwrap_or("<no name>");
+        for item in page.items {
+            let name = item.metadata.name.clone().unwrap_or_else(|| "<no name>".into());
             objects.push(
                 to_model(kind, item, spec_bytes_max).ok_or_else(|| format!("item {name:?} cannot be identified"))?,
             );

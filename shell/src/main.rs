@@ -5,6 +5,7 @@
 mod fsops;
 mod http;
 mod kubeio;
+mod lean_model;
 mod metrics;
 
 use std::io::Write as _;

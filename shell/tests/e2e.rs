@@ -665,3 +665,65 @@ fn t8_colliding_label_keys() {
     kubectl(&["-n", "clusterbasemodel", "delete", "basemodel", "x", "--wait=false"]);
     kubectl(&["-n", victim_ns, "delete", "basemodel", victim_name, "--wait=false"]);
 }
+
+/// Resident memory of a process, in KiB: (now, peak).
+fn rss_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap()
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// Test 9: hostile object sizes. 20 BaseModels carrying 1 MiB of `parameters` each and 1,000
+/// ordinary ClusterBaseModels exist before the agent starts, so its first list holds them all.
+/// The agent becomes Ready, never restarts, and its resident memory (peak, from /proc) stays
+/// under 64 MiB.
+#[test]
+#[ignore = "needs a real kube-apiserver: run by scripts/e2e"]
+fn t9_memory_under_huge_objects() {
+    const HUGE_OBJECTS: usize = 20;
+    const ORDINARY_MODELS: usize = 1_000;
+    const RSS_KIB_MAX: u64 = 64 * 1024;
+    setup();
+    let n = "e2e-mem";
+    node(n);
+    let root = scratch("mem-root");
+    apply("apiVersion: v1\nkind: Namespace\nmetadata: {name: e2e-mem}\n");
+    let blob = "x".repeat(1 << 20);
+    for i in 0..HUGE_OBJECTS {
+        // `create`, not `apply`: apply would copy the object into an annotation (over 1.5 MiB).
+        let yaml = format!(
+            "apiVersion: ome.io/v1beta1\nkind: BaseModel\nmetadata: {{name: huge-{i:02}, namespace: e2e-mem}}\nspec:\n  storage: {{storageUri: \"hf://org/huge\", nodeSelector: {{e2e: {n}}}, parameters: {{blob: \"{blob}\"}}}}\n"
+        );
+        kubectl_as(&var("ADMIN_KUBECONFIG"), &["create", "-f", "-"], Some(&yaml)).unwrap_or_else(|e| panic!("{e}"));
+    }
+    for batch in 0..ORDINARY_MODELS / 100 {
+        let docs: Vec<String> = (0..100)
+            .map(|i| {
+                model(&format!("e2e-mem-{:04}", batch * 100 + i), "e2e-mem-elsewhere", "hf://org/repo", None, false)
+            })
+            .map(|y| y.replacen("metadata:\n", "metadata:\n  labels: {e2e-mem: \"true\"}\n", 1))
+            .collect();
+        kubectl_as(&var("ADMIN_KUBECONFIG"), &["create", "-f", "-"], Some(&docs.join("---\n"))).unwrap();
+    }
+    let agent = Agent::start(n, &root, &[]);
+    let pid = agent.child.id();
+    wait_until("Ready", Duration::from_secs(120), || agent.get("/healthz").0 == 200);
+    wait_until("the huge models reported", Duration::from_secs(60), || {
+        entries(n).keys().filter(|k| k.starts_with("e2e-mem.basemodel.huge-")).count() == HUGE_OBJECTS
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let (rss, peak) = rss_kib(pid);
+    eprintln!("t9: resident {rss} KiB, peak {peak} KiB (limit {RSS_KIB_MAX} KiB)");
+    assert!(alive(pid), "the agent never restarts");
+    assert!(peak < RSS_KIB_MAX, "peak resident memory {peak} KiB");
+    assert_eq!(agent.get("/healthz").0, 200);
+    agent.stop();
+    kubectl(&["delete", "namespace", "e2e-mem", "--wait=false"]);
+    kubectl(&["delete", "clusterbasemodel", "-l", "e2e-mem=true", "--wait=false"]);
+}
