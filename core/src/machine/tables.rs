@@ -78,6 +78,9 @@ pub enum CandidateStep {
     Pend(Cause),
     /// Positive evidence: confirmed (through the breaker).
     Confirm(Confirmation),
+    /// A placement exit in progress is questioned for existence: it stays pending, now for
+    /// `cause`, so that the Node coming back (which cancels exits) cannot drop the candidate.
+    Recause(Cause),
 }
 
 /// core.md, first table: an event on a model in state Observed (or Withdrawn: alive, withdrawn).
@@ -86,6 +89,11 @@ pub fn on_candidate(life: &Life, event: CandidateEvent) -> CandidateStep {
         (Life::Observed | Life::Withdrawn, CandidateEvent::Questioned(cause)) => CandidateStep::Pend(cause),
         (Life::Observed | Life::Withdrawn | Life::PendingConfirm { .. }, CandidateEvent::MarkedDeleting) => {
             CandidateStep::Confirm(Confirmation::Deleting)
+        }
+        (Life::PendingConfirm { cause: Cause::PlacementExit, .. }, CandidateEvent::Questioned(cause))
+            if cause != Cause::PlacementExit =>
+        {
+            CandidateStep::Recause(cause)
         }
         (Life::PendingConfirm { .. } | Life::Confirmed { .. }, CandidateEvent::Questioned(_)) => CandidateStep::Stay,
         (Life::Confirmed { .. }, CandidateEvent::MarkedDeleting) => CandidateStep::Stay,

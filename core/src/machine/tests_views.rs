@@ -248,3 +248,21 @@ fn a_deletion_timestamp_during_a_hold_is_read_again_after_it() {
     let all = answer_reads(&mut h, e, &live, &node(&[("pool", "a")]));
     assert!(matches!(destructive(&all)[..], [Op::Unpublish { .. }]));
 }
+
+#[test]
+fn a_delete_during_a_held_placement_exit_is_not_lost_when_the_node_comes_back() {
+    // The simulator's swarm seed 83: every placed model becomes an exit candidate when the
+    // Node's labels are wiped; one is really deleted during the hold; the labels come back.
+    let mut h = H::new();
+    let models: Vec<ModelObject> = (0..6).map(|i| pool(local(&format!("g{i}"), &format!("u{i}")), "a")).collect();
+    let e = h.start_on(node(&[("pool", "a")]), false, models.clone());
+    h.settle(e);
+    h.input(Input::NodeObserved(node(&[])));
+    let key = ModelKey::cluster("g0");
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(models[0].clone()));
+    assert!(matches!(pending_cause(&h.view(&key, "u0")), Some((Cause::WatchDeleted, _))), "{e:?}");
+    // The Node comes back: the exits are cancelled, the delete candidate is not.
+    h.input(Input::NodeObserved(node(&[("pool", "a")])));
+    assert!(matches!(pending_cause(&h.view(&key, "u0")), Some((Cause::WatchDeleted, _))));
+    assert_eq!(h.view(&ModelKey::cluster("g1"), "u1").life, Life::Observed);
+}

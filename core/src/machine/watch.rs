@@ -108,6 +108,19 @@ impl State {
         match on_candidate(&inc.life, event) {
             CandidateStep::Stay => return,
             CandidateStep::Pend(cause) => inc.life = pending(cause, st.now, st.seq),
+            CandidateStep::Recause(new_cause) => {
+                // The read in flight or the hold keeps going; its answer now decides existence.
+                if let Life::PendingConfirm { cause, read, .. } = &mut inc.life {
+                    *cause = new_cause;
+                    // An answer that only waited for the Node witness says nothing about
+                    // existence now: read again.
+                    if matches!(read, ReadState::ModelAnswered { .. }) {
+                        *read = ReadState::Due;
+                    }
+                }
+                st.dirty.push(key.clone());
+                return;
+            }
             CandidateStep::Confirm(confirmation) => st.verdicts.push(Verdict {
                 key: key.clone(),
                 uid: inc.uid().clone(),
