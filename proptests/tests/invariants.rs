@@ -12,74 +12,31 @@
 
 use proptest::prelude::*;
 
-use model_agent_core::{Kind, ModelKey, ModelSpec};
+use model_agent_core::Kind;
 use model_agent_sim::scenario::{Options, new_world};
-use model_agent_sim::world::{Agent, ListShape, World};
+use model_agent_sim::vocab::{self, Action, URIS};
+use model_agent_sim::world::{Agent, Timing, World};
 
 const NODES: usize = 3;
 const NAMES: usize = 6;
 
-#[derive(Clone, Debug)]
-enum Action {
-    Create {
-        name: usize,
-        uri: u8,
-        gpu_only: bool,
-    },
-    Delete {
-        name: usize,
-        finalizer: bool,
-    },
-    Recreate {
-        name: usize,
-        uri: u8,
-    },
-    /// A node gains or loses the `gpu=true` label that some models select.
-    Placement {
-        node: usize,
-        gpu: bool,
-    },
-    Storm {
-        kind: Kind,
-        shape: u8,
-    },
-    Outage {
-        ms: u64,
-    },
-    ReadsFail {
-        ms: u64,
-    },
-    ReadTimeouts {
-        permille: u64,
-    },
-    Crash {
-        node: usize,
-        down_ms: u64,
-    },
-    Shutdown {
-        node: usize,
-        exit_ms: u64,
-    },
-    ReadOnlyRoot {
-        node: usize,
-        read_only: bool,
-    },
-    Wait {
-        ms: u64,
-    },
-}
-
+/// Actions of the simulator's shared vocabulary (`model_agent_sim::vocab`, which the swarm
+/// draws from too), generated and shrunk by proptest.
 fn action() -> impl Strategy<Value = Action> {
     prop_oneof![
-        3 => (0..NAMES, 0u8..4, any::<bool>()).prop_map(|(name, uri, gpu_only)| Action::Create { name, uri, gpu_only }),
+        3 => (0..NAMES, 0..URIS, any::<bool>()).prop_map(|(name, uri, selects)| Action::Create { name, uri, selects }),
         2 => (0..NAMES, any::<bool>()).prop_map(|(name, finalizer)| Action::Delete { name, finalizer }),
-        2 => (0..NAMES, 0u8..4).prop_map(|(name, uri)| Action::Recreate { name, uri }),
-        1 => (0..NODES, any::<bool>()).prop_map(|(node, gpu)| Action::Placement { node, gpu }),
+        2 => (0..NAMES, 0..URIS).prop_map(|(name, uri)| Action::Recreate { name, uri }),
+        1 => (0..NAMES, any::<bool>()).prop_map(|(name, selects)| Action::Reselect { name, selects }),
+        1 => (0..NODES, any::<bool>()).prop_map(|(node, present)| Action::NodeLabel { node, present }),
+        1 => (0..NODES, 1_000u64..200_000).prop_map(|(node, ms)| Action::WipeNodeLabels { node, ms }),
         2 => (prop_oneof![Just(Kind::ClusterBaseModel), Just(Kind::BaseModel)], 0u8..4)
             .prop_map(|(kind, shape)| Action::Storm { kind, shape }),
         1 => (1_000u64..600_000).prop_map(|ms| Action::Outage { ms }),
         1 => (1_000u64..1_200_000).prop_map(|ms| Action::ReadsFail { ms }),
         1 => (0u64..500).prop_map(|permille| Action::ReadTimeouts { permille }),
+        1 => (1u64..15_000, 1u64..60_000)
+            .prop_map(|(read_ms_max, node_watch_ms_max)| Action::Latency { read_ms_max, node_watch_ms_max }),
         1 => (0..NODES, 0u64..60_000).prop_map(|(node, down_ms)| Action::Crash { node, down_ms }),
         1 => (0..NODES, 0u64..30_000).prop_map(|(node, exit_ms)| Action::Shutdown { node, exit_ms }),
         1 => (0..NODES, any::<bool>()).prop_map(|(node, read_only)| Action::ReadOnlyRoot { node, read_only }),
@@ -87,87 +44,16 @@ fn action() -> impl Strategy<Value = Action> {
     ]
 }
 
-fn key(name: usize) -> ModelKey {
-    if name % 3 == 2 {
-        ModelKey::namespaced("team", &format!("p-{name}"))
-    } else {
-        ModelKey::cluster(&format!("p-{name}"))
-    }
-}
-
-fn spec(name: usize, uri: u8, gpu_only: bool) -> ModelSpec {
-    let mut s = match uri {
-        0 => ModelSpec::simple(&format!("local:///mnt/share/p-{name}"), None),
-        1 => ModelSpec::simple("hf://org/weights", Some(&format!("/mnt/models/p-{name}"))),
-        2 => ModelSpec::simple("vendor://nvidia/nim/x", None),
-        _ => ModelSpec::simple("oci://n/ns/b/bucket/o/weights", Some("")),
-    };
-    if gpu_only {
-        s.node_selector.push(("gpu".into(), "true".into()));
-    }
-    s
-}
-
-/// Apply one action, then check that no safety invariant broke.
+/// Apply one action, then let the world run a little.
 fn apply(w: &mut World, a: &Action) {
-    match *a {
-        Action::Create { name, uri, gpu_only } => w.create(key(name), spec(name, uri, gpu_only), true),
-        Action::Delete { name, finalizer } => {
-            if let Some(o) = w.api.objects.get_mut(&key(name)) {
-                o.finalizer &= finalizer;
-            }
-            w.delete(&key(name));
-        }
-        Action::Recreate { name, uri } => {
-            if let Some(o) = w.api.objects.get_mut(&key(name)) {
-                o.finalizer = false;
-            }
-            w.delete(&key(name));
-            w.create(key(name), spec(name, uri, false), true);
-        }
-        Action::Placement { node, gpu } => w.set_node_label(node, "gpu", gpu.then_some("true")),
-        Action::Storm { kind, shape } => {
-            let shape = match shape {
-                0 => ListShape::Empty,
-                1 => ListShape::Stale { lag_rv: 3 },
-                2 => ListShape::Partial,
-                _ => ListShape::Quorum,
-            };
-            w.crd_change(kind, |_, _| shape);
-        }
-        Action::Outage { ms } => {
-            w.set_outage(true);
-            w.run_for(ms);
-            w.set_outage(false);
-        }
-        Action::ReadsFail { ms } => {
-            w.api.reads_fail = true;
-            w.run_for(ms);
-            w.api.reads_fail = false;
-        }
-        Action::ReadTimeouts { permille } => w.read_timeout_permille = permille,
-        Action::Crash { node, down_ms } => {
-            w.stop(node);
-            w.run_for(down_ms);
-            w.start(node);
-        }
-        Action::Shutdown { node, exit_ms } => {
-            if !matches!(w.nodes[node].agent, Agent::Stopped) {
-                w.shutdown(node);
-                w.run_for(exit_ms);
-                w.stop(node);
-                w.start(node);
-            }
-        }
-        Action::ReadOnlyRoot { node, read_only } => w.nodes[node].root_writable = !read_only,
-        Action::Wait { ms } => w.run_for(ms),
-    }
+    vocab::apply(w, a);
     w.run_for(500);
 }
 
 fn run(actions: &[Action], seed: u64) -> Result<(), TestCaseError> {
     let opts = Options { nodes: NODES, models: NAMES, seed, record_traces: true, ..Options::default() };
     let mut w = new_world(&opts);
+    vocab::label_fleet(&mut w);
     for n in 0..NODES {
         w.start(n);
     }
@@ -180,22 +66,26 @@ fn run(actions: &[Action], seed: u64) -> Result<(), TestCaseError> {
     for (i, a) in actions.iter().enumerate() {
         apply(&mut w, a);
         if !w.violations.is_empty() {
-            return Err(fail(&w, &format!("safety after step {i} ({a:?})"), format!("{:#?}", w.violations)));
+            let detail = format!("{:#?}\n{}", w.violations, w.history_dump.join("\n"));
+            return Err(fail(&w, &format!("safety after step {i} ({a:?})"), detail));
         }
     }
     // Liveness: heal every fault and wait out the longest backoff (5 min) and a drift pass.
     w.read_timeout_permille = 0;
+    w.timing = Timing::default();
     for n in 0..NODES {
         w.nodes[n].root_writable = true;
         if matches!(w.nodes[n].agent, Agent::Stopped) {
             w.start(n);
         }
     }
-    w.run_for(15 * 60_000);
+    // Long enough for the longest backoff (5 min), a breaker hold (5 min) and a drift pass.
+    w.run_for(20 * 60_000);
     w.check_converged();
     let (expected, done) = w.cleanups();
     if !w.violations.is_empty() || expected != done {
-        return Err(fail(&w, "liveness", format!("cleanups {done}/{expected}; {:#?}", w.violations)));
+        let detail = format!("cleanups {done}/{expected}; {:#?}\n{}", w.violations, w.history_dump.join("\n"));
+        return Err(fail(&w, "liveness", detail));
     }
     Ok(())
 }
@@ -221,7 +111,7 @@ proptest! {
 #[test]
 fn regression_stale_list_after_recreate() {
     let actions = vec![
-        Action::Create { name: 0, uri: 1, gpu_only: false },
+        Action::Create { name: 0, uri: 1, selects: false },
         Action::Wait { ms: 60_000 },
         Action::Recreate { name: 0, uri: 0 },
         Action::Crash { node: 1, down_ms: 5_000 },

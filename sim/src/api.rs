@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use model_agent_core::machine::DriftSnapshot;
-use model_agent_core::placement::{NodeView, placement};
+use model_agent_core::placement::NodeView;
 use model_agent_core::wire::{self, ModelStatus};
 use model_agent_core::{Kind, ModelKey, ModelObject, ModelSpec, Uid};
 
@@ -64,6 +64,9 @@ pub struct Api {
     pub entries: Vec<BTreeMap<String, StoredEntry>>,
     /// Per node: the Node object's own labels (for eligibility).
     pub node_labels: Vec<BTreeMap<String, String>>,
+    /// Per node: until when all its labels are wiped (node-feature-discovery #1802): the Node
+    /// shows none, to its watch and to live GETs, and `node_labels` comes back afterwards.
+    pub wiped_until: Vec<Option<u64>>,
     /// The API server does not answer at all.
     pub down: bool,
     /// GETs and LISTs fail (the watch still works).
@@ -84,12 +87,15 @@ impl Api {
             labels: vec![BTreeMap::new(); nodes],
             entries: vec![BTreeMap::new(); nodes],
             node_labels: vec![BTreeMap::new(); nodes],
+            wiped_until: vec![None; nodes],
             ..Api::default()
         }
     }
 
+    /// The Node as the API server serves it now.
     pub fn node_view(&self, node: usize) -> NodeView {
-        NodeView { name: node_name(node), labels: self.node_labels[node].clone() }
+        let labels = if self.wiped_until[node].is_some() { BTreeMap::new() } else { self.node_labels[node].clone() };
+        NodeView { name: node_name(node), labels }
     }
 
     pub fn create(&mut self, key: ModelKey, spec: Arc<ModelSpec>, finalizer: bool) -> Option<Change> {
@@ -191,10 +197,22 @@ impl Api {
         out.into_iter().map(|(_, c)| c).collect()
     }
 
-    /// Is an object with this uid alive (not being deleted) and placed on `node`?
+    /// Is an object with this uid alive (not being deleted) and placed on `node`? Decided by
+    /// the simulator's own oracle, never by the core's `placement()`.
     pub fn live_here(&self, uid: &str, node: usize) -> Option<&ApiObject> {
         let obj = self.objects.get(self.by_uid.get(&Uid::new(uid))?)?;
-        (!obj.deleting && placement(&obj.spec, &self.node_view(node)).is_eligible()).then_some(obj)
+        (!obj.deleting && self.placed(&obj.spec, node)).then_some(obj)
+    }
+
+    /// Does the oracle place `spec` on `node` as the Node is now?
+    pub fn placed(&self, spec: &ModelSpec, node: usize) -> bool {
+        let labels = if self.wiped_until[node].is_some() { &BTreeMap::new() } else { &self.node_labels[node] };
+        crate::oracle::placed(spec, &node_name(node), labels)
+    }
+
+    /// The name of the live object with this uid.
+    pub fn key_of(&self, uid: &str) -> Option<ModelKey> {
+        self.by_uid.get(&Uid::new(uid)).cloned()
     }
 
     pub fn snapshot(&self, node: usize) -> DriftSnapshot {

@@ -3,7 +3,10 @@
 //! server with scripted faults. One seed reproduces a whole run.
 
 pub mod api;
+pub mod history;
+pub mod oracle;
 pub mod scenario;
 pub mod svg;
 pub mod upstream;
+pub mod vocab;
 pub mod world;

@@ -164,6 +164,10 @@ fn print_table(reports: &[Report]) {
         for v in r.invariant_violations.iter().take(5) {
             println!("  [{}] {v}", r.agent.as_str());
         }
+        // The core's history before its first violation (the upstream model's damage is expected).
+        if r.agent == AgentKind::Core {
+            r.history.iter().for_each(|line| println!("  [core] {line}"));
+        }
     }
 }
 
@@ -194,6 +198,9 @@ fn cmd_swarm(mut args: Args) -> Result<bool, String> {
             println!("FAILED seed {seed} (knobs {})", serde_json::to_string(&knobs).expect("knobs serialise"));
             for v in report.invariant_violations.iter().take(20) {
                 println!("  {v}");
+            }
+            for line in &report.history {
+                println!("  {line}");
             }
             println!("replay: {cmd}");
             return Ok(false);

@@ -6,6 +6,13 @@
 //! - Any Deleted notification (a watch DELETED, or a relist tombstone, which the #834 agent acted
 //!   on) and any update carrying a deletionTimestamp: remove the label and entry at once and
 //!   `RemoveAll` the path of a downloaded model. No live read, no uid check.
+//! - Update of a known model (`scout.go@493d8c99`): eligible before and not now → the same
+//!   removal as a delete; not eligible before and eligible now → add. Both sides are judged
+//!   against the one cached Node.
+//! - The Node: upstream has no Node watch. It GETs the Node at start and again on every add of
+//!   a model eligible on the Node it has cached (`downloadBaseModel`), and keeps what it got.
+//!   Here the GET answer is the newest Node the simulated watch showed (`node_latest`).
+//! - No live reads at all: read latency cannot reach it; it trusts the watch as it arrives.
 //! - Readiness: synced, and the models root writable (`unix.Access(root, W_OK)`).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -19,11 +26,16 @@ use model_agent_core::{Instant, ModelKey, ModelObject};
 
 pub struct Upstream {
     models_root: String,
+    /// `w.nodeInfo`: the Node as last fetched.
     node: Option<NodeView>,
+    /// What a GET of the Node would return now.
+    node_latest: Option<NodeView>,
     known: BTreeMap<ModelKey, ModelObject>,
     relisting: [Option<BTreeSet<ModelKey>>; 2],
     synced: [bool; 2],
     fetching: BTreeMap<EffectId, ModelObject>,
+    /// Publishes of `Updating`, and what follows each once it is written.
+    after_updating: BTreeMap<EffectId, (ModelObject, Option<Op>)>,
     next_id: u64,
 }
 
@@ -32,10 +44,12 @@ impl Upstream {
         Upstream {
             models_root: models_root.to_string(),
             node: None,
+            node_latest: None,
             known: BTreeMap::new(),
             relisting: [None, None],
             synced: [false, false],
             fetching: BTreeMap::new(),
+            after_updating: BTreeMap::new(),
             next_id: 1,
         }
     }
@@ -51,7 +65,7 @@ impl Upstream {
         id
     }
 
-    fn publish(&mut self, out: &mut Vec<Effect>, obj: &ModelObject, status: ModelStatus) {
+    fn publish(&mut self, out: &mut Vec<Effect>, obj: &ModelObject, status: ModelStatus) -> EffectId {
         let op = Op::Publish {
             key: obj.key.clone(),
             uid: obj.uid.clone(),
@@ -60,36 +74,61 @@ impl Upstream {
             cm_key: wire::configmap_key(&obj.key),
             entry: Box::new(ModelEntry::new(&obj.key.name, status)),
         };
-        self.emit(out, op);
+        self.emit(out, op)
+    }
+
+    fn eligible(&self, obj: &ModelObject) -> bool {
+        match (&self.node, obj.spec()) {
+            (Some(node), Some(spec)) => placement(spec, node).is_eligible(),
+            _ => false,
+        }
     }
 
     fn add(&mut self, out: &mut Vec<Effect>, obj: ModelObject) {
-        let fresh = !self.known.contains_key(&obj.key);
-        self.known.insert(obj.key.clone(), obj.clone());
+        let old = self.known.insert(obj.key.clone(), obj.clone());
         if obj.deleting {
             return self.delete(out, &obj);
         }
-        let (Some(node), Some(spec)) = (&self.node, obj.spec()) else { return };
-        if !fresh || !placement(spec, node).is_eligible() {
-            return;
+        match old {
+            None if self.eligible(&obj) => {
+                // Refresh the node info, then download without checking again.
+                self.node = self.node_latest.clone().or(self.node.take());
+                self.fetch(out, obj)
+            }
+            Some(old) => match (self.eligible(&old), self.eligible(&obj)) {
+                (true, false) => {
+                    self.delete(out, &obj);
+                    self.known.insert(obj.key.clone(), obj);
+                }
+                (false, true) => self.fetch(out, obj),
+                _ => {}
+            },
+            None => {}
         }
-        let Ok(uri) = &spec.uri else { return self.publish(out, &obj, ModelStatus::Failed) };
+    }
+
+    fn fetch(&mut self, out: &mut Vec<Effect>, obj: ModelObject) {
+        let Some(spec) = obj.spec() else { return };
+        let Ok(uri) = &spec.uri else {
+            self.publish(out, &obj, ModelStatus::Failed);
+            return;
+        };
         let dest = dest_path(spec, &self.models_root).ok().flatten();
-        self.publish(out, &obj, ModelStatus::Updating);
         let op = match (uri.provisioning(), dest) {
             (Provisioning::VerifyLocal, Some(d)) => {
-                Op::VerifyLocal { key: obj.key.clone(), uid: obj.uid.clone(), path: d.absolute }
+                Some(Op::VerifyLocal { key: obj.key.clone(), uid: obj.uid.clone(), path: d.absolute })
             }
-            (Provisioning::Download, Some(d)) => Op::Download {
+            (Provisioning::Download, Some(d)) => Some(Op::Download {
                 key: obj.key.clone(),
                 uid: obj.uid.clone(),
                 storage_uri: spec.storage_uri.clone(),
                 dest: d,
-            },
-            _ => return self.publish(out, &obj, ModelStatus::Ready),
+            }),
+            _ => None,
         };
-        let id = self.emit(out, op);
-        self.fetching.insert(id, obj);
+        // The gopher works one step after the other: the fetch starts once Updating is written.
+        let id = self.publish(out, &obj, ModelStatus::Updating);
+        self.after_updating.insert(id, (obj, op));
     }
 
     fn delete(&mut self, out: &mut Vec<Effect>, obj: &ModelObject) {
@@ -115,7 +154,13 @@ impl Upstream {
     pub fn handle(&mut self, _now: Instant, input: Input) -> Vec<Effect> {
         let mut out = Vec::new();
         match input {
-            Input::NodeObserved(node) => self.node = Some(node),
+            Input::NodeObserved(node) => {
+                // The start's GET; later Node changes only reach it through the next add.
+                if self.node.is_none() {
+                    self.node = Some(node.clone());
+                }
+                self.node_latest = Some(node);
+            }
             Input::Watch { kind, event } => match event {
                 WatchEvent::Applied(obj) => self.add(&mut out, obj),
                 WatchEvent::Deleted(obj) => self.delete(&mut out, &obj),
@@ -141,6 +186,21 @@ impl Upstream {
                     self.synced[kind.index()] = true;
                 }
             },
+            Input::EffectDone { id, outcome: _ } if self.after_updating.contains_key(&id) => {
+                let (obj, op) = self.after_updating.remove(&id).expect("checked");
+                if self.known.get(&obj.key).is_none_or(|k| k.uid != obj.uid) {
+                    return out;
+                }
+                match op {
+                    Some(op) => {
+                        let id = self.emit(&mut out, op);
+                        self.fetching.insert(id, obj);
+                    }
+                    None => {
+                        self.publish(&mut out, &obj, ModelStatus::Ready);
+                    }
+                }
+            }
             Input::EffectDone { id, outcome } => {
                 if let Some(obj) = self.fetching.remove(&id)
                     && self.known.get(&obj.key).is_some_and(|k| k.uid == obj.uid)

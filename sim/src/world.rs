@@ -11,6 +11,7 @@ use model_agent_core::machine::{
     Config, DriftSnapshot, Effect, Input, ListResult, NodeReadResult, Note, Op, Output, OwnedDir, ReadResult,
     RootProbe, WatchEvent,
 };
+use model_agent_core::placement::NodeView;
 use model_agent_core::prng::Prng;
 use model_agent_core::trace::Recorder;
 use model_agent_core::wire::{self, ModelStatus};
@@ -18,6 +19,8 @@ use model_agent_core::{Instant, Kind, ModelKey, ModelSpec, State, Uid};
 use serde::Serialize;
 
 use crate::api::{Api, Change, StoredEntry};
+use crate::history::{HISTORY_PRINTED, History, Step};
+use crate::oracle;
 use crate::upstream::Upstream;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -56,18 +59,36 @@ pub enum ListShape {
     Partial,
 }
 
-/// Latencies (ms): each draw is uniform in 1..=max.
+/// Latencies (ms): each `_max` draw is uniform in 1..=max, each `_min`/`_max` pair in min..=max.
 #[derive(Clone, Debug)]
 pub struct Timing {
     pub watch_ms_max: u64,
+    /// From an effect's emission to the moment the shell executes it (a live read is then
+    /// served: its answer holds the object as it is at that instant).
     pub effect_ms_max: u64,
     pub download_ms_max: u64,
     pub relist_ms_max: u64,
+    /// From a live read being served to its answer reaching the agent: an answer may arrive
+    /// after newer watch events for the same object (or after the core's read deadline).
+    pub read_ms_min: u64,
+    pub read_ms_max: u64,
+    /// How far the Node watch lags the Node object (per node, in order).
+    pub node_watch_ms_min: u64,
+    pub node_watch_ms_max: u64,
 }
 
 impl Default for Timing {
     fn default() -> Timing {
-        Timing { watch_ms_max: 50, effect_ms_max: 20, download_ms_max: 5_000, relist_ms_max: 2_000 }
+        Timing {
+            watch_ms_max: 50,
+            effect_ms_max: 20,
+            download_ms_max: 5_000,
+            relist_ms_max: 2_000,
+            read_ms_min: 1,
+            read_ms_max: 30,
+            node_watch_ms_min: 1,
+            node_watch_ms_max: 50,
+        }
     }
 }
 
@@ -83,10 +104,14 @@ pub struct SimNode {
     pub trash: BTreeSet<String>,
     pub connected: bool,
     stream_at: [u64; 2],
+    /// The Node watch's position: its deliveries stay in order.
+    node_stream_at: u64,
     wake_at: Option<u64>,
     pub shutdown: bool,
     pub restarts: u32,
     pub recorder: Option<Recorder>,
+    /// The last steps of this node's agent (kept across restarts, cleared by none).
+    pub history: History,
 }
 
 /// What happened, for the report.
@@ -103,6 +128,16 @@ pub struct Counters {
     pub api_list: u64,
     pub phantom_deletes_suppressed: u64,
     pub deletes_confirmed: u64,
+    /// Withdrawals the agents asked for (`Unpublish`, `TrashDir`), right or wrong.
+    pub unpublish_effects: u64,
+    pub trash_effects: u64,
+    pub downloads: u64,
+}
+
+impl Counters {
+    pub fn withdrawals(&self) -> u64 {
+        self.unpublish_effects + self.trash_effects
+    }
 }
 
 /// One mark on the timeline picture.
@@ -128,9 +163,37 @@ pub enum MarkKind {
 }
 
 enum Ev {
-    Deliver { node: usize, generation: u32, kind: Kind, event: WatchEvent },
-    Execute { node: usize, generation: u32, effect: Effect },
-    Wake { node: usize, generation: u32 },
+    Deliver {
+        node: usize,
+        generation: u32,
+        kind: Kind,
+        event: WatchEvent,
+    },
+    Execute {
+        node: usize,
+        generation: u32,
+        effect: Effect,
+    },
+    /// A live read's answer, computed when it was served, arriving now.
+    Answer {
+        node: usize,
+        generation: u32,
+        input: Input,
+    },
+    /// The Node watch shows the node as it was when the change was made.
+    NodeDeliver {
+        node: usize,
+        generation: u32,
+        view: NodeView,
+    },
+    /// A wipe of the node's labels may end now.
+    WipeEnd {
+        node: usize,
+    },
+    Wake {
+        node: usize,
+        generation: u32,
+    },
 }
 
 /// Boxed so that the heap moves 24-byte entries, not whole events.
@@ -183,6 +246,8 @@ pub struct World {
     pub marks: Option<Vec<Mark>>,
     pub record_traces: bool,
     pub events_processed: u64,
+    /// The last steps of the node the first violation was about.
+    pub history_dump: Vec<String>,
 }
 
 impl World {
@@ -205,10 +270,12 @@ impl World {
                     trash: BTreeSet::new(),
                     connected: false,
                     stream_at: [0, 0],
+                    node_stream_at: 0,
                     wake_at: None,
                     shutdown: false,
                     restarts: 0,
                     recorder: None,
+                    history: History::default(),
                 })
                 .collect(),
             agent_kind,
@@ -223,6 +290,7 @@ impl World {
             marks: None,
             record_traces: false,
             events_processed: 0,
+            history_dump: Vec::new(),
         }
     }
 
@@ -235,11 +303,25 @@ impl World {
         1 + self.prng.up_to(max.saturating_sub(1))
     }
 
+    /// Uniform in min..=max (no draw when the range is one value).
+    fn span(&mut self, min: u64, max: u64) -> u64 {
+        if max <= min { min } else { min + self.prng.up_to(max - min) }
+    }
+
     pub fn violation(&mut self, text: String) {
         self.violation_count += 1;
         if self.violations.len() < VIOLATIONS_KEPT_MAX {
             self.violations.push(format!("t={}ms {text}", self.now));
         }
+    }
+
+    /// A violation about one node (and maybe one model): the first one also keeps the last
+    /// steps of that node's history for the report.
+    pub fn violation_on(&mut self, node: usize, key: Option<&ModelKey>, text: String) {
+        if self.history_dump.is_empty() {
+            self.history_dump = self.nodes[node].history.dump(node, key, HISTORY_PRINTED);
+        }
+        self.violation(format!("node {node}: {text}"));
     }
 
     fn mark(&mut self, node: usize, what: MarkKind) {
@@ -281,7 +363,28 @@ impl World {
                 if self.nodes[node].generation == generation
                     && let Some(input) = self.execute(node, &effect)
                 {
+                    if matches!(effect.op, Op::LiveGet { .. } | Op::LiveGetNode | Op::LiveList { .. }) {
+                        let at = self.now + self.span(self.timing.read_ms_min, self.timing.read_ms_max);
+                        self.schedule(at, Ev::Answer { node, generation, input });
+                    } else {
+                        self.feed(node, input);
+                    }
+                }
+            }
+            Ev::Answer { node, generation, input } => {
+                if self.nodes[node].generation == generation {
                     self.feed(node, input);
+                }
+            }
+            Ev::NodeDeliver { node, generation, view } => {
+                if self.nodes[node].generation == generation && self.nodes[node].connected {
+                    self.feed(node, Input::NodeObserved(view));
+                }
+            }
+            Ev::WipeEnd { node } => {
+                if self.api.wiped_until[node].is_some_and(|t| t <= self.now) {
+                    self.api.wiped_until[node] = None;
+                    self.node_changed(node);
                 }
             }
             Ev::Wake { node, generation } => {
@@ -296,23 +399,32 @@ impl World {
     /// Hand one input to a node's agent and schedule what it asks for.
     pub fn feed(&mut self, node: usize, input: Input) {
         let now = Instant(self.now);
-        let recording = self.nodes[node].recorder.is_some();
-        let traced = recording.then(|| input.clone());
-        let output = match &mut self.nodes[node].agent {
-            Agent::Core(state) => state.handle(now, input),
-            Agent::Upstream(up) => Output { effects: up.handle(now, input), notes: Vec::new() },
+        let kept = input.clone();
+        let (output, state) = match &mut self.nodes[node].agent {
+            Agent::Core(state) => (state.handle(now, input), Some((**state).clone())),
+            Agent::Upstream(up) => (Output { effects: up.handle(now, input), notes: Vec::new() }, None),
             Agent::Stopped => return,
         };
-        if let (Some(rec), Some(input)) = (&mut self.nodes[node].recorder, traced) {
-            rec.record(now, &input, &output);
+        if let Some(rec) = &mut self.nodes[node].recorder {
+            rec.record(now, &kept, &output);
         }
+        let step =
+            Step { t: self.now, input: kept, effects: output.effects.clone(), notes: output.notes.clone(), state };
+        self.nodes[node].history.push(step);
         for note in &output.notes {
             self.note(node, note);
         }
         let generation = self.nodes[node].generation;
         for effect in output.effects {
             if self.nodes[node].shutdown && effect.op.is_destructive() {
-                self.violation(format!("node {node}: destructive effect after shutdown began: {:?}", effect.op));
+                let text = format!("destructive effect after shutdown began: {:?}", effect.op);
+                self.violation_on(node, None, text);
+            }
+            match effect.op {
+                Op::Unpublish { .. } => self.counters.unpublish_effects += 1,
+                Op::TrashDir { .. } => self.counters.trash_effects += 1,
+                Op::Download { .. } => self.counters.downloads += 1,
+                _ => {}
             }
             let delay = match effect.op {
                 Op::Download { .. } => self.latency(self.timing.download_ms_max),
@@ -392,7 +504,11 @@ impl World {
                     && other != uid.as_str()
                     && self.api.live_here(&other, node).is_some()
                 {
-                    self.violation(format!("node {node}: {key} uid {uid} overwrote the entry of live uid {other}"));
+                    self.violation_on(
+                        node,
+                        Some(key),
+                        format!("{key} uid {uid} overwrote the entry of live uid {other}"),
+                    );
                 }
                 if let Some(status) = label {
                     self.api.labels[node].insert(label_key.clone(), status.as_str().to_string());
@@ -436,7 +552,7 @@ impl World {
                     return Some(Input::EffectDone { id, outcome: fail("read-only file system") });
                 }
                 let Some(path) = &dest.beneath_root else {
-                    self.violation(format!("node {node}: download outside the models root: {}", dest.absolute));
+                    self.violation_on(node, None, format!("download outside the models root: {}", dest.absolute));
                     return Some(Input::EffectDone { id, outcome: fail("outside the models root") });
                 };
                 // As the real shell does: never download into a directory another uid's marker owns.
@@ -451,7 +567,7 @@ impl World {
             }
             Op::TrashDir { uid, path, trash_name, .. } => {
                 if path.starts_with('/') || path.split('/').any(|c| c == "..") {
-                    self.violation(format!("node {node}: trash of a path not beneath the root: {path}"));
+                    self.violation_on(node, None, format!("trash of a path not beneath the root: {path}"));
                     return Some(Input::EffectDone { id, outcome: fail("refused") });
                 }
                 if self.nodes[node].dirs.get(path) == Some(uid) {
@@ -461,7 +577,12 @@ impl World {
                     if self.api.live_here(uid.as_str(), node).is_some() {
                         self.counters.dir_removals_live += 1;
                         self.mark(node, MarkKind::Damage);
-                        self.violation(format!("node {node}: weights of live uid {uid} at {path} moved to trash"));
+                        let key = self.api.key_of(uid.as_str());
+                        self.violation_on(
+                            node,
+                            key.as_ref(),
+                            format!("weights of live uid {uid} at {path} moved to trash"),
+                        );
                     } else {
                         self.mark(node, MarkKind::Cleanup);
                     }
@@ -528,7 +649,7 @@ impl World {
 
     fn check_label_scope(&mut self, node: usize, label_key: &str) {
         if !wire::is_model_label(label_key) {
-            self.violation(format!("node {node}: label {label_key} is outside models.ome.io/"));
+            self.violation_on(node, None, format!("label {label_key} is outside models.ome.io/"));
         }
     }
 
@@ -541,7 +662,7 @@ impl World {
             let (key, uid) = (obj.key.clone(), obj.uid.clone());
             self.counters.label_removals_live += 1;
             self.mark(node, MarkKind::Damage);
-            self.violation(format!("node {node}: label {label_key} of live {key} (uid {uid}) removed"));
+            self.violation_on(node, Some(&key), format!("label {label_key} of live {key} (uid {uid}) removed"));
         } else {
             self.mark(node, MarkKind::Cleanup);
         }
@@ -552,7 +673,8 @@ impl World {
         if self.api.live_here(uid, node).is_some() {
             self.counters.entry_removals_live += 1;
             self.mark(node, MarkKind::Damage);
-            self.violation(format!("node {node}: entry {cm_key} of live uid {uid} removed"));
+            let key = self.api.key_of(uid);
+            self.violation_on(node, key.as_ref(), format!("entry {cm_key} of live uid {uid} removed"));
         }
     }
 
@@ -633,6 +755,7 @@ impl World {
         n.wake_at = None;
         n.connected = !self.api.down;
         n.stream_at = [self.now, self.now];
+        n.node_stream_at = self.now;
         let mut config = self.config.clone();
         config.node_name = crate::api::node_name(node);
         config.seed = self.seed.wrapping_mul(1_000_003).wrapping_add(node as u64 * 7919 + n.generation as u64);
@@ -664,14 +787,40 @@ impl World {
         self.feed(node, Input::Shutdown);
     }
 
-    /// Change a label of a node's Node object; its agent sees the new node.
+    /// Change a label of a node's Node object; its agent sees the new node when the Node watch
+    /// delivers it. During a wipe the change lands in the labels that come back.
     pub fn set_node_label(&mut self, node: usize, key: &str, value: Option<&str>) {
         match value {
             Some(v) => self.api.node_labels[node].insert(key.to_string(), v.to_string()),
             None => self.api.node_labels[node].remove(key),
         };
-        let view = self.api.node_view(node);
-        self.feed(node, Input::NodeObserved(view));
+        self.node_changed(node);
+    }
+
+    /// Every label of the node vanishes for `ms` (node-feature-discovery #1802): its watch and
+    /// live GETs show none, then they all come back. Overlapping wipes extend each other.
+    pub fn wipe_node_labels(&mut self, node: usize, ms: u64) {
+        let until = self.now + ms;
+        let was = self.api.wiped_until[node];
+        self.api.wiped_until[node] = Some(was.map_or(until, |w| w.max(until)));
+        if was.is_none() {
+            self.node_changed(node);
+        }
+        self.schedule(until, Ev::WipeEnd { node });
+    }
+
+    /// The Node object changed: its watch delivers the node as it is now, after the Node
+    /// watch's lag and in order with its earlier deliveries.
+    pub fn node_changed(&mut self, node: usize) {
+        if !self.nodes[node].connected || matches!(self.nodes[node].agent, Agent::Stopped) {
+            return;
+        }
+        let lag = self.span(self.timing.node_watch_ms_min, self.timing.node_watch_ms_max);
+        let n = &mut self.nodes[node];
+        let t = (self.now + lag).max(n.node_stream_at);
+        n.node_stream_at = t;
+        let (generation, view) = (n.generation, self.api.node_view(node));
+        self.schedule(t, Ev::NodeDeliver { node, generation, view });
     }
 
     /// Write each node's recorded trace into `dir`; returns the paths.
@@ -694,6 +843,13 @@ impl World {
         }
     }
 
+    /// The user changes a model's spec.
+    pub fn update(&mut self, key: &ModelKey, spec: ModelSpec) {
+        if let Some(change) = self.api.spec_update(key, Arc::new(spec)) {
+            self.fanout(change);
+        }
+    }
+
     pub fn delete(&mut self, key: &ModelKey) {
         for change in self.api.delete(key) {
             self.fanout(change);
@@ -712,6 +868,7 @@ impl World {
                 for kind in Kind::ALL {
                     self.relist(node, kind, ListShape::Quorum);
                 }
+                self.node_changed(node);
             }
         }
     }
@@ -746,101 +903,95 @@ impl World {
     }
 
     /// Liveness at quiescence: every node's labels, entries and directories are a function of
-    /// the ground truth, nothing is pending, and a second reconcile adds no effect.
+    /// the ground truth (decided by the simulator's own oracle), nothing is pending, and a
+    /// second reconcile adds no effect.
     pub fn check_converged(&mut self) {
-        // What each live object needs, computed once (not once per node).
-        struct Expect {
-            label_key: String,
-            cm_key: String,
-            uid: String,
-            downloads: bool,
-            local_path: Option<String>,
-            dir: Option<String>,
-        }
         let root = self.config.models_root.clone();
-        let expects: Vec<(Expect, &crate::api::ApiObject)> = self
+        // What each live object needs, computed once (not once per node).
+        let expects: Vec<Expect> = self
             .api
             .objects
             .values()
             .filter(|o| !o.deleting)
-            .map(|o| {
-                let local_path = match &o.spec.uri {
-                    Ok(model_agent_core::storage_uri::StorageUri::Local { path }) => Some(path.clone()),
-                    _ => None,
-                };
-                let dir =
-                    model_agent_core::dest_path::dest_path(&o.spec, &root).ok().flatten().and_then(|d| d.beneath_root);
-                let e = Expect {
-                    label_key: wire::label_key(&o.key),
-                    cm_key: wire::configmap_key(&o.key),
-                    uid: o.uid.as_str().to_string(),
-                    downloads: o.spec.uri.as_ref().is_ok_and(|u| u.downloads()),
-                    local_path,
-                    dir,
-                };
-                (e, o)
+            .map(|o| Expect {
+                key: o.key.clone(),
+                label_key: wire::label_key(&o.key),
+                cm_key: wire::configmap_key(&o.key),
+                uid: o.uid.as_str().to_string(),
+                downloads: oracle::downloads(&o.spec.storage_uri),
+                local_path: oracle::local_path(&o.spec),
+                dir: oracle::download_dir(&o.spec, &root),
+                spec: o.spec.clone(),
             })
             .collect();
-        let live_uids: BTreeSet<&str> = self.api.objects.values().map(|o| o.uid.as_str()).collect();
         let mut problems = Vec::new();
         for node in 0..self.nodes.len() {
-            if matches!(self.nodes[node].agent, Agent::Stopped) {
-                continue;
-            }
-            let view = self.api.node_view(node);
-            let n = &self.nodes[node];
-            let mut expected_labels: BTreeMap<&str, &'static str> = BTreeMap::new();
-            for (e, obj) in &expects {
-                if !model_agent_core::placement::placement(&obj.spec, &view).is_eligible() {
-                    continue;
-                }
-                let local_missing = e.local_path.as_ref().is_some_and(|p| n.missing_local.contains(p));
-                // Two models may name one directory: the one whose marker it holds is Ready.
-                let taken = e.dir.as_ref().and_then(|p| n.dirs.get(p)).is_some_and(|owner| owner.as_str() != e.uid);
-                let failed = (e.downloads && (!n.root_writable || taken)) || local_missing;
-                let status = if failed { ModelStatus::Failed } else { ModelStatus::Ready };
-                expected_labels.insert(&e.label_key, status.as_str());
-                match self.api.entries[node].get(&e.cm_key) {
-                    Some(s) if s.status == status && s.uid.as_deref().is_none_or(|u| u == e.uid) => {}
-                    other => problems.push(format!(
-                        "node {node}: entry {} is {other:?}, expected {status:?} of {}",
-                        e.cm_key, e.uid
-                    )),
-                }
-            }
-            let labels = &self.api.labels[node];
-            for (k, v) in &expected_labels {
-                if labels.get(*k).map(String::as_str) != Some(*v) {
-                    problems.push(format!("node {node}: label {k} is {:?}, expected {v}", labels.get(*k)));
-                }
-            }
-            for k in labels.keys().filter(|k| !expected_labels.contains_key(k.as_str())) {
-                problems.push(format!("node {node}: stale label {k}"));
-            }
-            for (k, e) in &self.api.entries[node] {
-                if e.uid.as_ref().is_some_and(|u| !live_uids.contains(u.as_str())) {
-                    problems.push(format!("node {node}: stale entry {k} of uid {:?}", e.uid));
-                }
-            }
-            for (path, uid) in &n.dirs {
-                if !live_uids.contains(uid.as_str()) {
-                    problems.push(format!("node {node}: directory {path} of deleted uid {uid} still in place"));
-                }
-            }
-            if let Agent::Core(state) = &n.agent {
-                let (pending, _) = state.pending_confirmations();
-                if pending > 0 {
-                    problems.push(format!("node {node}: {pending} confirmations still pending"));
-                }
-                // Idempotence: one more reconcile of an unchanged world adds no work.
-                let (_, output) = model_agent_core::step(state, Instant(self.now), Input::Tick);
-                for e in output.effects.iter().filter(|e| !matches!(e.op, Op::ProbeRoot | Op::Snapshot)) {
-                    problems.push(format!("node {node}: a second reconcile still emits {:?}", e.op));
-                }
+            if !matches!(self.nodes[node].agent, Agent::Stopped) {
+                self.node_converged(node, &expects, &mut problems);
             }
         }
-        for p in problems {
-            self.violation(format!("liveness: {p}"));
+        for (node, key, p) in problems {
+            self.violation_on(node, key.as_ref(), format!("liveness: {p}"));
+        }
+    }
+
+    /// What one node should show, against what it shows.
+    fn node_converged(&self, node: usize, expects: &[Expect], problems: &mut Vec<(usize, Option<ModelKey>, String)>) {
+        let n = &self.nodes[node];
+        let mut expected_labels: BTreeMap<&str, (&'static str, &ModelKey)> = BTreeMap::new();
+        for e in expects.iter().filter(|e| self.api.placed(&e.spec, node)) {
+            let local_missing = e.local_path.as_ref().is_some_and(|p| n.missing_local.contains(p));
+            // Two models may name one directory: the one whose marker it holds is Ready.
+            let taken = e.dir.as_ref().and_then(|p| n.dirs.get(p)).is_some_and(|owner| owner.as_str() != e.uid);
+            let failed = (e.downloads && (!n.root_writable || taken)) || local_missing;
+            let status = if failed { ModelStatus::Failed } else { ModelStatus::Ready };
+            expected_labels.insert(&e.label_key, (status.as_str(), &e.key));
+            match self.api.entries[node].get(&e.cm_key) {
+                Some(s) if s.status == status && s.uid.as_deref().is_none_or(|u| u == e.uid) => {}
+                other => problems.push((
+                    node,
+                    Some(e.key.clone()),
+                    format!("entry {} is {other:?}, expected {status:?} of {}", e.cm_key, e.uid),
+                )),
+            }
+        }
+        let labels = &self.api.labels[node];
+        for (k, (v, key)) in &expected_labels {
+            if labels.get(*k).map(String::as_str) != Some(*v) {
+                let text = format!("label {k} is {:?}, expected {v}", labels.get(*k));
+                problems.push((node, Some((*key).clone()), text));
+            }
+        }
+        for k in labels.keys().filter(|k| !expected_labels.contains_key(k.as_str())) {
+            let key = self.label_writer.get(&(node, k.clone())).and_then(|uid| self.api.key_of(uid));
+            problems.push((node, key, format!("stale label {k}")));
+        }
+        self.node_leftovers(node, problems);
+    }
+
+    /// Entries and directories of deleted uids, pending work, and a second reconcile's effects.
+    fn node_leftovers(&self, node: usize, problems: &mut Vec<(usize, Option<ModelKey>, String)>) {
+        let live = |uid: &str| self.api.key_of(uid).is_some();
+        for (k, e) in &self.api.entries[node] {
+            if e.uid.as_ref().is_some_and(|u| !live(u)) {
+                problems.push((node, None, format!("stale entry {k} of uid {:?}", e.uid)));
+            }
+        }
+        for (path, uid) in &self.nodes[node].dirs {
+            if !live(uid.as_str()) {
+                problems.push((node, None, format!("directory {path} of deleted uid {uid} still in place")));
+            }
+        }
+        if let Agent::Core(state) = &self.nodes[node].agent {
+            let (pending, _) = state.pending_confirmations();
+            if pending > 0 {
+                problems.push((node, None, format!("{pending} confirmations still pending")));
+            }
+            // Idempotence: one more reconcile of an unchanged world adds no work.
+            let (_, output) = model_agent_core::step(state, Instant(self.now), Input::Tick);
+            for e in output.effects.iter().filter(|e| !matches!(e.op, Op::ProbeRoot | Op::Snapshot)) {
+                problems.push((node, None, format!("a second reconcile still emits {:?}", e.op)));
+            }
         }
     }
 
@@ -863,6 +1014,18 @@ impl World {
         }
         (expected, done)
     }
+}
+
+/// What one live object needs on a node where the oracle places it.
+struct Expect {
+    key: ModelKey,
+    label_key: String,
+    cm_key: String,
+    uid: String,
+    downloads: bool,
+    local_path: Option<String>,
+    dir: Option<String>,
+    spec: Arc<ModelSpec>,
 }
 
 fn done(id: model_agent_core::EffectId) -> Input {

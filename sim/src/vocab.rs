@@ -1,0 +1,254 @@
+//! The one vocabulary of user actions and faults that the swarm draws from a seed and the
+//! property tests generate (and shrink): each is an [`Action`], applied to a [`World`] by
+//! [`apply`]. Names are small numbers; [`key`] and [`spec`] turn them into objects.
+
+use model_agent_core::prng::Prng;
+use model_agent_core::{Kind, ModelKey, ModelSpec};
+
+use crate::world::{Agent, ListShape, World};
+
+/// The node label some models select (`gpu=true`); even nodes start with it.
+pub const SELECTOR: (&str, &str) = ("gpu", "true");
+/// Storage URI shapes [`spec`] knows (0 local, 1 hf, 2 vendor, 3 oci with an empty path).
+pub const URIS: u8 = 4;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Create a model (no-op when one by that name exists).
+    Create {
+        name: usize,
+        uri: u8,
+        selects: bool,
+    },
+    /// Delete it; without `finalizer` the object goes at once.
+    Delete {
+        name: usize,
+        finalizer: bool,
+    },
+    /// Delete without a finalizer and create another under the same name (a new uid).
+    Recreate {
+        name: usize,
+        uri: u8,
+    },
+    /// The user edits the model's placement: selects `gpu=true` or nothing.
+    Reselect {
+        name: usize,
+        selects: bool,
+    },
+    /// A node gains or loses `gpu=true`.
+    NodeLabel {
+        node: usize,
+        present: bool,
+    },
+    /// Every label of a node vanishes for `ms`, then comes back (NFD #1802).
+    WipeNodeLabels {
+        node: usize,
+        ms: u64,
+    },
+    /// A CRD change: every watch of `kind` relists, served as `shape` (0 empty, 1 stale,
+    /// 2 part-way, 3 quorum).
+    Storm {
+        kind: Kind,
+        shape: u8,
+    },
+    Outage {
+        ms: u64,
+    },
+    ReadsFail {
+        ms: u64,
+    },
+    ReadTimeouts {
+        permille: u64,
+    },
+    /// Live-read answers take up to `read_ms_max` after being served; the Node watch lags up
+    /// to `node_watch_ms_max`.
+    Latency {
+        read_ms_max: u64,
+        node_watch_ms_max: u64,
+    },
+    Crash {
+        node: usize,
+        down_ms: u64,
+    },
+    Shutdown {
+        node: usize,
+        exit_ms: u64,
+    },
+    ReadOnlyRoot {
+        node: usize,
+        read_only: bool,
+    },
+    Wait {
+        ms: u64,
+    },
+}
+
+/// Names `n % 5 == 4` are namespaced BaseModels, the others ClusterBaseModels.
+pub fn key(name: usize) -> ModelKey {
+    let n = format!("v-{name:04}");
+    if name % 5 == 4 { ModelKey::namespaced("team", &n) } else { ModelKey::cluster(&n) }
+}
+
+pub fn spec(name: usize, uri: u8, selects: bool) -> ModelSpec {
+    let n = format!("v-{name:04}");
+    let mut s = match uri % URIS {
+        0 => ModelSpec::simple(&format!("local:///mnt/share/{n}"), None),
+        1 => ModelSpec::simple("hf://org/weights", Some(&format!("/mnt/models/{n}"))),
+        2 => ModelSpec::simple("vendor://nvidia/nim/x", None),
+        _ => ModelSpec::simple("oci://n/ns/b/bucket/o/weights", Some("")),
+    };
+    if selects {
+        s.node_selector.push((SELECTOR.0.into(), SELECTOR.1.into()));
+    }
+    s
+}
+
+/// Label even nodes `gpu=true` (before they start).
+pub fn label_fleet(w: &mut World) {
+    for n in (0..w.nodes.len()).step_by(2) {
+        w.api.node_labels[n].insert(SELECTOR.0.into(), SELECTOR.1.into());
+    }
+}
+
+fn shape(code: u8) -> ListShape {
+    match code {
+        0 => ListShape::Empty,
+        1 => ListShape::Stale { lag_rv: 3 },
+        2 => ListShape::Partial,
+        _ => ListShape::Quorum,
+    }
+}
+
+/// Apply one action. Faults with a duration run the world for it and then heal.
+pub fn apply(w: &mut World, a: &Action) {
+    match *a {
+        Action::Create { name, uri, selects } => w.create(key(name), spec(name, uri, selects), true),
+        Action::Delete { name, finalizer } => {
+            if let Some(o) = w.api.objects.get_mut(&key(name)) {
+                o.finalizer &= finalizer;
+            }
+            w.delete(&key(name));
+        }
+        Action::Recreate { name, uri } => {
+            if let Some(o) = w.api.objects.get_mut(&key(name)) {
+                o.finalizer = false;
+            }
+            w.delete(&key(name));
+            w.create(key(name), spec(name, uri, false), true);
+        }
+        Action::Reselect { name, selects } => reselect(w, name, selects),
+        Action::NodeLabel { node, present } => w.set_node_label(node, SELECTOR.0, present.then_some(SELECTOR.1)),
+        Action::WipeNodeLabels { node, ms } => w.wipe_node_labels(node, ms),
+        Action::Storm { kind, shape: code } => w.crd_change(kind, |_, _| shape(code)),
+        Action::Outage { ms } => {
+            w.set_outage(true);
+            w.run_for(ms);
+            w.set_outage(false);
+        }
+        Action::ReadsFail { ms } => {
+            w.api.reads_fail = true;
+            w.run_for(ms);
+            w.api.reads_fail = false;
+        }
+        Action::ReadTimeouts { permille } => w.read_timeout_permille = permille,
+        Action::Latency { read_ms_max, node_watch_ms_max } => {
+            w.timing.read_ms_max = read_ms_max.max(w.timing.read_ms_min);
+            w.timing.node_watch_ms_max = node_watch_ms_max.max(w.timing.node_watch_ms_min);
+        }
+        Action::Crash { node, down_ms } => {
+            w.stop(node);
+            w.run_for(down_ms);
+            w.start(node);
+        }
+        Action::Shutdown { node, exit_ms } => {
+            if !matches!(w.nodes[node].agent, Agent::Stopped) {
+                w.shutdown(node);
+                w.run_for(exit_ms);
+                w.stop(node);
+                w.start(node);
+            }
+        }
+        Action::ReadOnlyRoot { node, read_only } => w.nodes[node].root_writable = !read_only,
+        Action::Wait { ms } => w.run_for(ms),
+    }
+}
+
+fn reselect(w: &mut World, name: usize, selects: bool) {
+    let Some(obj) = w.api.objects.get(&key(name)) else { return };
+    let mut s = (*obj.spec).clone();
+    s.node_selector.retain(|(k, _)| k != SELECTOR.0);
+    if selects {
+        s.node_selector.push((SELECTOR.0.into(), SELECTOR.1.into()));
+    }
+    w.update(&key(name), s);
+}
+
+/// Per-mille chances of each action in one swarm minute.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Weights {
+    pub storm: u64,
+    pub outage: u64,
+    pub read_fail: u64,
+    pub crash: u64,
+    pub shutdown: u64,
+    pub delete: u64,
+    pub recreate: u64,
+    pub create: u64,
+    pub reselect: u64,
+    pub node_label: u64,
+    pub wipe: u64,
+}
+
+/// What the swarm draws for one minute of a run over `nodes` nodes and the model names in
+/// `names` (which it keeps up to date); new names start at `next_name`.
+pub fn draw_minute(
+    p: &mut Prng,
+    wt: &Weights,
+    nodes: usize,
+    names: &mut Vec<usize>,
+    next_name: &mut usize,
+) -> Vec<Action> {
+    let chance = |p: &mut Prng, permille: u64| p.up_to(999) < permille;
+    let node = |p: &mut Prng| p.up_to(nodes as u64 - 1) as usize;
+    let pick = |p: &mut Prng, names: &[usize]| names[p.up_to(names.len() as u64 - 1) as usize];
+    let mut out = Vec::new();
+    if chance(p, wt.storm) {
+        let kind = if p.up_to(1) == 0 { Kind::ClusterBaseModel } else { Kind::BaseModel };
+        out.push(Action::Storm { kind, shape: p.up_to(2) as u8 });
+    }
+    if chance(p, wt.outage) {
+        out.push(Action::Outage { ms: 1_000 + p.up_to(4 * 60_000) });
+    }
+    if chance(p, wt.read_fail) {
+        out.push(Action::ReadsFail { ms: 1_000 + p.up_to(60_000) });
+    }
+    if chance(p, wt.delete) && !names.is_empty() {
+        let name = names.remove(p.up_to(names.len() as u64 - 1) as usize);
+        out.push(Action::Delete { name, finalizer: p.up_to(1) == 0 });
+    }
+    if chance(p, wt.recreate) && !names.is_empty() {
+        out.push(Action::Recreate { name: pick(p, names), uri: p.up_to(9) as u8 });
+    }
+    if chance(p, wt.reselect) && !names.is_empty() {
+        out.push(Action::Reselect { name: pick(p, names), selects: p.up_to(1) == 0 });
+    }
+    if chance(p, wt.create) {
+        out.push(Action::Create { name: *next_name, uri: p.up_to(9) as u8, selects: p.up_to(2) == 0 });
+        names.push(*next_name);
+        *next_name += 1;
+    }
+    if chance(p, wt.node_label) {
+        out.push(Action::NodeLabel { node: node(p), present: p.up_to(1) == 0 });
+    }
+    if chance(p, wt.wipe) {
+        out.push(Action::WipeNodeLabels { node: node(p), ms: 1_000 + p.up_to(180_000) });
+    }
+    if chance(p, wt.crash) {
+        out.push(Action::Crash { node: node(p), down_ms: 1 + p.up_to(20_000) });
+    }
+    if chance(p, wt.shutdown) {
+        out.push(Action::Shutdown { node: node(p), exit_ms: p.up_to(10_000) });
+    }
+    out.push(Action::Wait { ms: 60_000 });
+    out
+}
