@@ -500,6 +500,14 @@ fn log_note(note: &Note) {
         Note::ExitCancelled { key, uid } => {
             info!(model = %key, uid = %uid, "placement exit cancelled: the live Node still places the model here")
         }
+        Note::NodeLabelsVanished { vanished, had, until } => {
+            warn!(
+                vanished,
+                had,
+                hold_until_ms = until.as_ms(),
+                "most of this Node's labels vanished at once: destructive decisions held"
+            )
+        }
         Note::KeyCollision { key, uid, owner } => {
             let reason = model_agent_core::machine::collision_reason(key, owner);
             warn!(model = %key, uid = %uid, owner = %owner, reason = %reason, "model failed on this node: its label key collides")

@@ -62,7 +62,7 @@ fn matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
         "Gt" | "Lt" => {
             let [bound] = r.values.as_slice() else { return false };
             let (Ok(bound), Some(Ok(v))) = (bound.parse::<i64>(), value.map(str::parse::<i64>)) else { return false };
-            if r.operator == "Gt" { v > bound } else { v < bound }
+            if r.operator.as_str() == "Gt" { v > bound } else { v < bound }
         }
         _ => false,
     }

@@ -1,6 +1,5 @@
-//! What the simulator found in the core and the core has not fixed yet: each test is a
-//! deterministic reproduction, ignored until the core is fixed (`cargo test -p model-agent-sim
-//! -- --ignored` runs them; they fail today).
+//! What the simulator found in the core: each test is the deterministic reproduction of a bug
+//! the swarm found, kept once the core was fixed so that it stays fixed.
 
 use model_agent_core::{ModelKey, ModelSpec};
 use model_agent_sim::scenario::{Options, new_world};
@@ -11,8 +10,8 @@ use model_agent_sim::scenario::{Options, new_world};
 /// key already pending and adds no read. The labels come back; the Node watch's view cancels
 /// the exits (`ExitCancelled`), and with them the delete candidate: the deleted model's label
 /// and entry stay on the node for good (no read, relist or drift pass removes them).
+/// Fixed by the `Recause` row of `on_candidate`.
 #[test]
-#[ignore = "core bug: a watch DELETED coalesced into a held placement exit is lost when the exit is cancelled"]
 fn a_delete_during_a_held_placement_exit_is_not_lost() {
     let opts = Options { nodes: 1, models: 6, seed: 1, ..Options::default() };
     let mut w = new_world(&opts);

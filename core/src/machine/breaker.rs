@@ -8,6 +8,20 @@ use serde::{Deserialize, Serialize};
 use super::io::Config;
 use crate::time::Instant;
 
+/// A Node view in which more than this share (percent) of the previous view's labels vanished
+/// trips the breaker by itself: the signature of a wipe (node-feature-discovery #1802), which
+/// the counts miss on a node with fewer models than `breaker_models_min`.
+pub const NODE_LABELS_VANISHED_PERCENT: usize = 50;
+
+/// Did more than `NODE_LABELS_VANISHED_PERCENT` of `before`'s labels vanish in `after`?
+pub fn labels_wiped(
+    before: &std::collections::BTreeMap<String, String>,
+    after: &std::collections::BTreeMap<String, String>,
+) -> Option<usize> {
+    let vanished = before.keys().filter(|k| !after.contains_key(*k)).count();
+    (vanished > 0 && vanished * 100 > NODE_LABELS_VANISHED_PERCENT * before.len()).then_some(vanished)
+}
+
 /// Candidates are counted in this many buckets spanning the window.
 pub const BREAKER_BUCKETS: usize = 16;
 
@@ -59,10 +73,16 @@ impl Breaker {
         if !tripped {
             return Count::Quiet;
         }
+        let until = self.trip(config, now);
+        Count::Tripped { candidates: count, until }
+    }
+
+    /// Trip at `now` whatever the counts (a Node view that lost most of its labels at once).
+    pub fn trip(&mut self, config: &Config, now: Instant) -> Instant {
         let until = now.plus_ms(config.breaker_hold_ms);
         self.hold_until = Some(self.hold_until.map_or(until, |h| h.max(until)));
         self.trips += 1;
-        Count::Tripped { candidates: count, until }
+        until
     }
 
     /// May a destructive decision based on evidence sent at `evidence_at` go ahead? `None` if
@@ -98,6 +118,16 @@ mod tests {
         assert_eq!(b.count(&c, Instant(1000), 1, 8), Count::Tripped { candidates: 5, until: Instant(301_000) });
         assert_eq!(b.holds(Instant(300_999)), Some(Instant(301_000)));
         assert_eq!(b.holds(Instant(301_000)), None);
+    }
+
+    #[test]
+    fn a_node_that_loses_most_of_its_labels_is_a_wipe() {
+        let labels = |ks: &[&str]| ks.iter().map(|k| (k.to_string(), "v".to_string())).collect();
+        assert_eq!(labels_wiped(&labels(&["a", "b", "c", "d"]), &labels(&[])), Some(4));
+        assert_eq!(labels_wiped(&labels(&["a", "b", "c", "d"]), &labels(&["a", "b"])), None, "half is not more");
+        assert_eq!(labels_wiped(&labels(&["a", "b", "c", "d"]), &labels(&["a"])), Some(3));
+        assert_eq!(labels_wiped(&labels(&[]), &labels(&[])), None);
+        assert_eq!(labels_wiped(&labels(&["a"]), &labels(&["a", "z"])), None, "additions never trip");
     }
 
     #[test]

@@ -43,6 +43,12 @@ impl State {
         }
         self.node_seq = seq;
         if self.node.as_deref() != Some(&node) {
+            let wiped = self.node.as_ref().and_then(|old| breaker::labels_wiped(&old.labels, &node.labels));
+            if let Some(vanished) = wiped {
+                let until = self.breaker.trip(&self.config, st.now);
+                let had = self.node.as_ref().map_or(0, |n| n.labels.len());
+                st.notes.push(Note::NodeLabelsVanished { vanished, had, until });
+            }
             self.node = Some(Arc::new(node));
             st.dirty.extend(self.slots.keys().cloned());
         }
@@ -97,6 +103,17 @@ impl State {
     }
 }
 
+/// What a held decision waits as. Evidence that the model is gone or going outranks a
+/// placement exit: were it kept as an exit, the Node coming back would cancel it and the
+/// deletion would be lost (the simulator's swarm, seed 275).
+pub(super) fn held_cause(cause: Cause, decision: &Decision) -> Cause {
+    match (cause, decision) {
+        (Cause::PlacementExit, Decision::Confirm(Confirmation::Deleting)) => Cause::MarkedDeleting,
+        (Cause::PlacementExit, Decision::Confirm(_)) => Cause::WatchDeleted,
+        (cause, _) => cause,
+    }
+}
+
 /// The one gate of destruction: a decision whose evidence was sent before the breaker's hold
 /// ends is held, and read again once the hold is over.
 pub(super) fn gate(
@@ -116,6 +133,7 @@ pub(super) fn gate(
             Life::PendingConfirm { cause, attempt, since, since_seq, .. } => (cause, attempt, since, since_seq),
             _ => (Cause::MarkedDeleting, 0, st.now, st.seq),
         };
+        let cause = held_cause(cause, &decision);
         inc.life = Life::PendingConfirm {
             cause,
             attempt,

@@ -360,6 +360,9 @@ pub enum Note {
     EffectFailed { id: EffectId, reason: String, retry_in_ms: u64 },
     /// Too many candidates at once: destructive decisions are held until `until`.
     BreakerTripped { candidates: u32, placed: u32, until: Instant },
+    /// More than half of this Node's labels vanished in one view (`vanished` of `had`): a wipe
+    /// until proven otherwise, so the breaker holds destructive decisions until `until`.
+    NodeLabelsVanished { vanished: usize, had: usize, until: Instant },
     /// A confirmed withdrawal or cleanup was held by the breaker; it is read again at `until`.
     BreakerHeld { key: ModelKey, uid: Uid, until: Instant },
     /// A live read of this Node failed; placement exits wait and it is read again.

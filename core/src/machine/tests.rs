@@ -746,7 +746,7 @@ pub(super) fn gpu_only(mut o: ModelObject) -> ModelObject {
 #[test]
 fn placement_moving_away_is_confirmed_then_cleans_up_this_node_only() {
     let mut h = H::new();
-    let e = h.input(Input::NodeObserved(node(&[("gpu", "h100")])));
+    let e = h.input(Input::NodeObserved(node(&[("gpu", "h100"), ("zone", "a"), ("os", "linux")])));
     h.answer_probes(&e, true);
     let m = gpu_only(hf("m", "u1"));
     for kind in Kind::ALL {
@@ -759,14 +759,14 @@ fn placement_moving_away_is_confirmed_then_cleans_up_this_node_only() {
     let key = ModelKey::cluster("m");
     assert_eq!(h.view(&key, "u1").owned_dir.as_deref(), Some("m"));
     // The node loses its gpu label.
-    let e = h.input(Input::NodeObserved(node(&[])));
+    let e = h.input(Input::NodeObserved(node(&[("zone", "a"), ("os", "linux")])));
     assert!(destructive(&e).is_empty(), "withdrawal waits for a live read");
     let id = one_get(&e);
     let e = h.input(Input::LiveRead { id, result: ReadResult::Found(m.clone()) });
     assert_eq!(h.s.stats().phantom_deletes_suppressed, 0, "not a phantom delete");
     assert!(destructive(&e).is_empty(), "the model witness alone is not enough");
     let id = one_node_get(&e);
-    let e = h.input(Input::NodeRead { id, result: NodeReadResult::Found(node(&[])) });
+    let e = h.input(Input::NodeRead { id, result: NodeReadResult::Found(node(&[("zone", "a"), ("os", "linux")])) });
     let all = h.settle(e);
     let d = destructive(&all);
     assert!(matches!(d[..], [Op::Unpublish { remove_label: true, .. }, Op::TrashDir { .. }]), "{d:?}");

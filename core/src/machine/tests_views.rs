@@ -10,11 +10,21 @@ fn pool(mut o: ModelObject, value: &str) -> ModelObject {
     o
 }
 
+/// A node in pool a, with the labels every node has.
+fn in_pool() -> NodeView {
+    node(&[("pool", "a"), ("kubernetes.io/os", "linux"), ("kubernetes.io/arch", "amd64")])
+}
+
+/// The same node moved out of the pool (one label of three gone: not a wipe).
+fn off_pool() -> NodeView {
+    node(&[("kubernetes.io/os", "linux"), ("kubernetes.io/arch", "amd64")])
+}
+
 /// `m` Ready here with selector pool=a, on a node labelled pool=a.
 fn ready_in_pool() -> (H, ModelKey, ModelObject) {
     let mut h = H::new();
     let m = pool(local("m", "u1"), "a");
-    let e = h.start_on(node(&[("pool", "a")]), false, vec![m.clone()]);
+    let e = h.start_on(in_pool(), false, vec![m.clone()]);
     h.settle(e);
     let key = ModelKey::cluster("m");
     assert_eq!(h.view(&key, "u1").published, Published::Status { status: ModelStatus::Ready, reason: None });
@@ -54,7 +64,7 @@ fn an_older_read_answer_never_re_places_a_model_a_newer_view_moved_away() {
     assert!(matches!(pending_cause(&h.view(&key, "u1")), Some((Cause::PlacementExit, 0))));
     let e = h.input(Input::LiveRead { id, result: ReadResult::Found(pool(m.clone(), "b")) });
     let id = one_node_get(&e);
-    let e = h.input(Input::NodeRead { id, result: NodeReadResult::Found(node(&[("pool", "a")])) });
+    let e = h.input(Input::NodeRead { id, result: NodeReadResult::Found(in_pool()) });
     assert!(matches!(destructive(&e)[..], [Op::Unpublish { .. }]), "{e:?}");
 }
 
@@ -70,7 +80,7 @@ fn a_placement_exit_read_sent_before_a_newer_view_is_read_again() {
     let id = one_get(&e);
     let e = h.input(Input::LiveRead { id, result: ReadResult::Found(pool(m.clone(), "c")) });
     let id = one_node_get(&e);
-    let e = h.input(Input::NodeRead { id, result: NodeReadResult::Found(node(&[("pool", "a")])) });
+    let e = h.input(Input::NodeRead { id, result: NodeReadResult::Found(in_pool()) });
     assert!(matches!(destructive(&e)[..], [Op::Unpublish { .. }]));
     assert_eq!(h.view(&key, "u1").life, Life::Withdrawn);
 }
@@ -79,11 +89,11 @@ fn a_placement_exit_read_sent_before_a_newer_view_is_read_again() {
 fn a_lagging_node_watch_is_overruled_by_the_live_node() {
     let (mut h, key, m) = ready_in_pool();
     // The Node watch shows the labels gone; the live Node still has them.
-    let e = h.input(Input::NodeObserved(node(&[])));
+    let e = h.input(Input::NodeObserved(off_pool()));
     let id = one_get(&e);
     let e = h.input(Input::LiveRead { id, result: ReadResult::Found(m.clone()) });
     let id = one_node_get(&e);
-    let e = h.input(Input::NodeRead { id, result: NodeReadResult::Found(node(&[("pool", "a")])) });
+    let e = h.input(Input::NodeRead { id, result: NodeReadResult::Found(in_pool()) });
     assert!(destructive(&e).is_empty());
     assert!(matches!(&h.notes[..], [.., Note::ExitCancelled { .. }]));
     assert_eq!(h.view(&key, "u1").life, Life::Observed);
@@ -95,7 +105,7 @@ fn a_lagging_node_watch_is_overruled_by_the_live_node() {
 #[test]
 fn a_node_witness_sent_before_the_exit_does_not_count() {
     let (mut h, _key, m) = ready_in_pool();
-    let e = h.input(Input::NodeObserved(node(&[])));
+    let e = h.input(Input::NodeObserved(off_pool()));
     let get = one_get(&e);
     // A node read answered earlier is no witness: a new one is asked for after the model read.
     let e = h.input(Input::LiveRead { id: get, result: ReadResult::Found(m.clone()) });
@@ -106,14 +116,14 @@ fn a_node_witness_sent_before_the_exit_does_not_count() {
     let delay = h.s.next_deadline().unwrap().as_ms() - h.now;
     let e = h.advance(delay);
     let id = one_node_get(&e);
-    let e = h.input(Input::NodeRead { id, result: NodeReadResult::Found(node(&[])) });
+    let e = h.input(Input::NodeRead { id, result: NodeReadResult::Found(off_pool()) });
     assert!(matches!(destructive(&e)[..], [Op::Unpublish { .. }]));
 }
 
 #[test]
 fn a_node_read_answered_with_another_node_is_a_failed_read() {
     let (mut h, _key, m) = ready_in_pool();
-    let e = h.input(Input::NodeObserved(node(&[])));
+    let e = h.input(Input::NodeObserved(off_pool()));
     let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(m.clone()) });
     let other = NodeView { name: "node-2".into(), labels: Default::default() };
     let e = h.input(Input::NodeRead { id: one_node_get(&e), result: NodeReadResult::Found(other) });
@@ -265,4 +275,49 @@ fn a_delete_during_a_held_placement_exit_is_not_lost_when_the_node_comes_back() 
     h.input(Input::NodeObserved(node(&[("pool", "a")])));
     assert!(matches!(pending_cause(&h.view(&key, "u0")), Some((Cause::WatchDeleted, _))));
     assert_eq!(h.view(&ModelKey::cluster("g1"), "u1").life, Life::Observed);
+}
+
+#[test]
+fn a_wipe_on_a_node_with_fewer_models_than_the_breaker_minimum_withdraws_nothing() {
+    // Three models: the counts alone (3 < breaker_models_min) would not trip; the Node losing
+    // most of its labels does.
+    let mut h = H::new();
+    let objs: Vec<ModelObject> = (0..3).map(|i| pool(hf(&format!("w{i}"), &format!("u{i}")), "a")).collect();
+    let e = h.start_on(in_pool(), true, objs.clone());
+    h.settle(e);
+    let e = h.input(Input::NodeObserved(node(&[])));
+    assert!(h.notes.iter().any(|n| matches!(n, Note::NodeLabelsVanished { vanished: 3, had: 3, .. })));
+    let all = answer_reads(&mut h, e, &objs, &node(&[]));
+    assert!(destructive(&all).is_empty(), "{:?}", destructive(&all));
+    h.now += 90_000;
+    let e = h.input(Input::NodeObserved(in_pool()));
+    assert!(destructive(&h.settle(e)).is_empty());
+    let e = h.advance(600_000);
+    let all = answer_reads(&mut h, e, &objs, &in_pool());
+    assert!(destructive(&all).is_empty());
+    for o in &objs {
+        assert_eq!(h.view(&o.key, o.uid.as_str()).life, Life::Observed);
+    }
+}
+
+#[test]
+fn deletion_evidence_held_by_the_breaker_survives_the_node_coming_back() {
+    let (mut h, objs) = fleet_in_pool();
+    let mut live = objs.clone();
+    live[0] = deleting(live[0].clone());
+    // A wipe: every exit is held, and the read of m0 shows it being deleted.
+    let e = h.input(Input::NodeObserved(node(&[])));
+    let all = answer_reads(&mut h, e, &live, &node(&[]));
+    assert!(destructive(&all).is_empty());
+    let m0 = ModelKey::cluster("m0");
+    assert!(matches!(pending_cause(&h.view(&m0, "u0")), Some((Cause::MarkedDeleting, _))));
+    // The labels come back: the other exits are cancelled, the deletion is not.
+    h.now += 90_000;
+    let e = h.input(Input::NodeObserved(node(&[("pool", "a")])));
+    assert!(destructive(&h.settle(e)).is_empty());
+    assert!(h.view(&m0, "u0").life != Life::Observed);
+    let e = h.advance(600_000);
+    let all = answer_reads(&mut h, e, &live, &node(&[("pool", "a")]));
+    let all = h.settle(all);
+    assert!(matches!(destructive(&all)[..], [Op::Unpublish { .. }]), "{:?}", destructive(&all));
 }
