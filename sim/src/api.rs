@@ -204,6 +204,18 @@ impl Api {
         (!obj.deleting && self.placed(&obj.spec, node)).then_some(obj)
     }
 
+    /// May `uid`, of `key`, overwrite `other`'s entry? Only as another model whose key collides
+    /// and ranks before it (ClusterBaseModel, then older, then smaller uid), or that did when
+    /// the write was decided and has been deleted since (the next owner writes again).
+    pub fn outranks(&self, key: &ModelKey, uid: &str, other: &ApiObject) -> bool {
+        if *key == other.key {
+            return false;
+        }
+        let Some(mine) = self.by_uid.get(&Uid::new(uid)).and_then(|k| self.objects.get(k)) else { return true };
+        let rank = |o: &ApiObject| (o.key.kind != Kind::ClusterBaseModel, o.created_rv, o.uid.as_str().to_string());
+        rank(mine) < rank(other)
+    }
+
     /// Does the oracle place `spec` on `node` as the Node is now?
     pub fn placed(&self, spec: &ModelSpec, node: usize) -> bool {
         let labels = if self.wiped_until[node].is_some() { &BTreeMap::new() } else { &self.node_labels[node] };

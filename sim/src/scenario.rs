@@ -24,6 +24,7 @@ pub const SCENARIOS: &[&str] = &[
     "readonly-root",
     "stale-read",
     "node-label-wipe",
+    "label-collision",
 ];
 
 #[derive(Clone, Debug)]
@@ -187,6 +188,7 @@ pub fn run(name: &str, opts: &Options) -> Result<(Report, World), String> {
         "readonly-root" => readonly_root(&mut w, opts, &mut extra),
         "stale-read" => stale_read(&mut w, opts, &mut extra),
         "node-label-wipe" => node_label_wipe(&mut w, opts, &mut extra),
+        "label-collision" => label_collision(&mut w, opts, &mut extra),
         other => return Err(format!("unknown scenario {other:?}; known: {}", SCENARIOS.join(", "))),
     }
     let mut report = Report::from_world(name, opts, &w);
@@ -510,6 +512,38 @@ fn node_label_wipe(w: &mut World, opts: &Options, extra: &mut Extra) {
     extra.insert("mass_delete_done_s".into(), ((w.now - t0) / 1000).into());
     if left > 0 {
         w.violation(format!("a real mass delete did not complete: {left} objects held by their finalizer"));
+    }
+    heal_and_settle(w, 10);
+}
+
+/// Issue 7, hole 3: ClusterBaseModel `basemodel.x` and BaseModel `x` in namespace
+/// `clusterbasemodel` share one node label and one ConfigMap key. The BaseModel comes first
+/// and owns the key; the ClusterBaseModel arrives and, ranking first, takes it over
+/// (`cbm_entries`: nodes whose entry carries its uid). The BaseModel is then deleted: the
+/// shared label must stay on every node (`shared_label_missing` 0; the upstream model removes
+/// the live ClusterBaseModel's label on every node). `--models` filler models run alongside.
+fn label_collision(w: &mut World, opts: &Options, extra: &mut Extra) {
+    populate(w, opts.models, false);
+    let bm = ModelKey::namespaced("clusterbasemodel", "x");
+    let cbm = ModelKey::cluster("basemodel.x");
+    let shared_label = wire::label_key(&cbm);
+    assert_eq!(shared_label, wire::label_key(&bm), "the keys collide");
+    w.create(bm.clone(), ModelSpec::simple("local:///mnt/share/bm-x", None), false);
+    start_fleet(w);
+    w.create(cbm.clone(), ModelSpec::simple("local:///mnt/share/cbm-x", None), false);
+    w.run_for(MINUTE);
+    let cbm_uid = w.api.objects.get(&cbm).map(|o| o.uid.as_str().to_string()).unwrap_or_default();
+    let cm_key = wire::configmap_key(&cbm);
+    let owned = (0..opts.nodes)
+        .filter(|n| w.api.entries[*n].get(&cm_key).is_some_and(|e| e.uid.as_deref() == Some(cbm_uid.as_str())))
+        .count();
+    extra.insert("cbm_entries".into(), owned.into());
+    w.delete(&bm);
+    w.run_for(30_000);
+    let missing = (0..opts.nodes).filter(|n| !w.api.labels[*n].contains_key(&shared_label)).count();
+    extra.insert("shared_label_missing".into(), missing.into());
+    if opts.agent == AgentKind::Core && (missing > 0 || owned < opts.nodes) {
+        w.violation(format!("shared key: {missing} nodes lost the label, {owned} of {} show the owner", opts.nodes));
     }
     heal_and_settle(w, 10);
 }

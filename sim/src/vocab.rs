@@ -12,6 +12,16 @@ pub const SELECTOR: (&str, &str) = ("gpu", "true");
 /// Storage URI shapes [`spec`] knows (0 local, 1 hf, 2 vendor, 3 oci with an empty path).
 pub const URIS: u8 = 4;
 
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn names_ending_in_8_and_9_collide() {
+        use model_agent_core::wire::label_key;
+        assert_eq!(label_key(&super::key(18)), label_key(&super::key(19)));
+        assert_ne!(label_key(&super::key(17)), label_key(&super::key(18)));
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
     /// Create a model (no-op when one by that name exists).
@@ -83,10 +93,17 @@ pub enum Action {
     },
 }
 
-/// Names `n % 5 == 4` are namespaced BaseModels, the others ClusterBaseModels.
+/// Names `n % 5 == 4` are namespaced BaseModels, the others ClusterBaseModels. Names ending in
+/// 8 and 9 collide (issue 7, hole 3): ClusterBaseModel `basemodel.v-0009` and BaseModel `v-0009`
+/// in namespace `clusterbasemodel` share one label key and one ConfigMap key.
 pub fn key(name: usize) -> ModelKey {
     let n = format!("v-{name:04}");
-    if name % 5 == 4 { ModelKey::namespaced("team", &n) } else { ModelKey::cluster(&n) }
+    match name % 10 {
+        8 => ModelKey::cluster(&format!("basemodel.v-{:04}", name + 1)),
+        9 => ModelKey::namespaced("clusterbasemodel", &n),
+        4 => ModelKey::namespaced("team", &n),
+        _ => ModelKey::cluster(&n),
+    }
 }
 
 pub fn spec(name: usize, uri: u8, selects: bool) -> ModelSpec {

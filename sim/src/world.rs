@@ -500,9 +500,12 @@ impl World {
                     return Some(unavailable());
                 }
                 self.check_label_scope(node, label_key);
+                // Another live uid's entry is overwritten only by a colliding model that
+                // outranks it (ClusterBaseModel, then older, then smaller uid).
                 if let Some(other) = self.api.entries[node].get(cm_key).and_then(|e| e.uid.clone())
                     && other != uid.as_str()
-                    && self.api.live_here(&other, node).is_some()
+                    && let Some(theirs) = self.api.live_here(&other, node)
+                    && !self.api.outranks(key, uid.as_str(), theirs)
                 {
                     self.violation_on(
                         node,
@@ -922,6 +925,7 @@ impl World {
                 local_path: oracle::local_path(&o.spec),
                 dir: oracle::download_dir(&o.spec, &root),
                 spec: o.spec.clone(),
+                rank: (o.key.kind != Kind::ClusterBaseModel, o.created_rv, o.uid.as_str().to_string()),
             })
             .collect();
         let mut problems = Vec::new();
@@ -939,7 +943,8 @@ impl World {
     fn node_converged(&self, node: usize, expects: &[Expect], problems: &mut Vec<(usize, Option<ModelKey>, String)>) {
         let n = &self.nodes[node];
         let mut expected_labels: BTreeMap<&str, (&'static str, &ModelKey)> = BTreeMap::new();
-        for e in expects.iter().filter(|e| self.api.placed(&e.spec, node)) {
+        let placed: Vec<&Expect> = expects.iter().filter(|e| self.api.placed(&e.spec, node)).collect();
+        for e in key_owners(&placed) {
             let local_missing = e.local_path.as_ref().is_some_and(|p| n.missing_local.contains(p));
             // Two models may name one directory: the one whose marker it holds is Ready.
             let taken = e.dir.as_ref().and_then(|p| n.dirs.get(p)).is_some_and(|owner| owner.as_str() != e.uid);
@@ -1026,6 +1031,22 @@ struct Expect {
     local_path: Option<String>,
     dir: Option<String>,
     spec: Arc<ModelSpec>,
+    /// Rank among models whose keys collide: ClusterBaseModel first, then older, then uid.
+    rank: (bool, u64, String),
+}
+
+/// The models placed on a node that own their keys: where two share a label key or a
+/// ConfigMap key, only the first in rank is reported (core.md, "Label keys can collide").
+fn key_owners<'a>(placed: &[&'a Expect]) -> Vec<&'a Expect> {
+    placed
+        .iter()
+        .filter(|e| {
+            !placed
+                .iter()
+                .any(|f| f.uid != e.uid && (f.label_key == e.label_key || f.cm_key == e.cm_key) && f.rank < e.rank)
+        })
+        .copied()
+        .collect()
 }
 
 fn done(id: model_agent_core::EffectId) -> Input {

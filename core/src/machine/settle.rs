@@ -200,7 +200,9 @@ pub(super) fn drive(
                 former_unsettled |= !is_current;
                 actions.push((inc.uid().clone(), op, what));
             }
-            None if inc.is_confirmed() => finished.push(inc.uid().clone()),
+            // Done only once nothing of it is wanted and nothing is left to remove (a held
+            // confirmed incarnation is not done: it waits to clean up).
+            None if inc.is_confirmed() && want == Want::Absent => finished.push(inc.uid().clone()),
             None => {}
         }
     }

@@ -38,8 +38,8 @@ pub struct Context<'a> {
     pub label_fenced: bool,
     /// A colliding model that ranks first owns the shared label and entry (`claims::contest`).
     pub held_by: Option<&'a ModelKey>,
-    /// The first list of every kind has completed: until then a model that ranks first for a
-    /// shared key may not be known yet, so nothing is published.
+    /// The first list of every kind has completed: until then a model that shares a key may
+    /// not be known yet, so nothing is published or removed.
     pub synced: bool,
     /// An earlier incarnation still has a directory to move away first.
     pub former_owns_dir: bool,
@@ -169,6 +169,11 @@ pub fn witness_verdict(eligible_on_live_node: bool) -> WitnessVerdict {
 }
 
 pub fn want(inc: &Incarnation, ctx: &Context) -> Want {
+    // Until every kind is listed, a model sharing this one's keys may be unknown: neither a
+    // publish nor a removal can know whose the key is.
+    if !ctx.synced {
+        return Want::Hold;
+    }
     match inc.life {
         Life::Confirmed { .. } | Life::Withdrawn => return Want::Absent,
         Life::PendingConfirm { .. } => return Want::Hold,
@@ -178,9 +183,6 @@ pub fn want(inc: &Incarnation, ctx: &Context) -> Want {
         return Want::Hold;
     }
     let Some(node) = ctx.node else { return Want::Hold };
-    if !ctx.synced {
-        return Want::Hold;
-    }
     // Before anything that publishes, a malformed spec's Failed included: a shared key is
     // written only by its owner.
     if let Some(owner) = ctx.held_by {

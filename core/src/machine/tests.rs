@@ -730,7 +730,7 @@ fn an_unchanged_ready_label_is_not_flipped_to_updating_on_restart() {
 fn a_model_seen_deleting_at_start_is_cleaned_up() {
     let mut h = H::new();
     let e = h.start(false, vec![deleting(local("m", "u1"))]);
-    assert!(matches!(destructive(&e)[..], [Op::Unpublish { .. }]));
+    assert!(matches!(destructive(&e)[..], [Op::Unpublish { .. }]), "{e:#?}");
     assert!(published(&e).is_empty());
 }
 
