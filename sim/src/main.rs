@@ -12,16 +12,17 @@ USAGE:
   model-agent-sim scenario NAME [--nodes N] [--models M] [--seed S] [--agent core|upstream|both]
                                 [--json] [--svg FILE]
   model-agent-sim swarm --seeds K [--seed FIRST] [--nodes N] [--models M] [--json] [--dump-traces DIR]
+                        [--keep-going]
   model-agent-sim replay FILE [--check]
   model-agent-sim bench [--nodes N] [--models M]   (crd-ssa wall time and events/s, both agents)
   model-agent-sim list
 
 Scenarios: crd-ssa, apiserver-outage, stale-relist, unsynced-empty, delete-recreate, read-failures,
-real-mass-delete, shutdown-mid-storm, readonly-root.
+real-mass-delete, shutdown-mid-storm, readonly-root, stale-read, node-label-wipe.
 
 A scenario exits 1 when the core shows damage or an invariant fails (the upstream model's damage
 is reported, not failed). A swarm exits 1 at the first failing seed and prints the command that
-replays it. `replay --check` exits 1 when the core's effects differ from the recorded ones.";
+replays it (with --keep-going it runs every seed and lists the failing ones). `replay --check` exits 1 when the core's effects differ from the recorded ones.";
 
 struct Args(Vec<String>);
 
@@ -178,8 +179,10 @@ fn cmd_swarm(mut args: Args) -> Result<bool, String> {
     let models = args.number("--models")?;
     let json = args.flag("--json");
     let dump = args.value("--dump-traces")?;
+    let keep_going = args.flag("--keep-going");
     args.done()?;
     let started = std::time::Instant::now();
+    let mut failed = Vec::new();
     for seed in first..first + seeds {
         let (report, world, knobs) = scenario::swarm_run(seed, nodes, models);
         if let Some(dir) = &dump {
@@ -203,13 +206,22 @@ fn cmd_swarm(mut args: Args) -> Result<bool, String> {
                 println!("  {line}");
             }
             println!("replay: {cmd}");
-            return Ok(false);
+            failed.push(seed);
+            if !keep_going {
+                return Ok(false);
+            }
+            continue;
         }
         if json {
             println!("{}", serde_json::to_string(&report).expect("report serialises"));
         }
     }
-    println!("swarm: {seeds} seeds from {first} passed in {:.1} s", started.elapsed().as_secs_f64());
+    let secs = started.elapsed().as_secs_f64();
+    if !failed.is_empty() {
+        println!("swarm: {} of {seeds} seeds from {first} failed in {secs:.1} s: {failed:?}", failed.len());
+        return Ok(false);
+    }
+    println!("swarm: {seeds} seeds from {first} passed in {secs:.1} s");
     Ok(true)
 }
 

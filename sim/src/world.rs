@@ -248,6 +248,9 @@ pub struct World {
     pub events_processed: u64,
     /// The last steps of the node the first violation was about.
     pub history_dump: Vec<String>,
+    /// (node, uid) → the last instant the ground truth did not place that uid on that node
+    /// (recorded when a Node's labels or a model's spec change).
+    unplaced_until: BTreeMap<(usize, String), u64>,
 }
 
 impl World {
@@ -291,6 +294,7 @@ impl World {
             record_traces: false,
             events_processed: 0,
             history_dump: Vec::new(),
+            unplaced_until: BTreeMap::new(),
         }
     }
 
@@ -383,6 +387,7 @@ impl World {
             }
             Ev::WipeEnd { node } => {
                 if self.api.wiped_until[node].is_some_and(|t| t <= self.now) {
+                    self.record_unplaced(Some(node), None);
                     self.api.wiped_until[node] = None;
                     self.node_changed(node);
                 }
@@ -577,7 +582,7 @@ impl World {
                     self.nodes[node].dirs.remove(path);
                     self.nodes[node].trash.insert(trash_name.clone());
                     self.counters.dir_removals += 1;
-                    if self.api.live_here(uid.as_str(), node).is_some() {
+                    if self.damages(uid.as_str(), node).is_some() {
                         self.counters.dir_removals_live += 1;
                         self.mark(node, MarkKind::Damage);
                         let key = self.api.key_of(uid.as_str());
@@ -650,6 +655,43 @@ impl World {
         Some(failing.then(|| "503 Service Unavailable".to_string()))
     }
 
+    /// A removal is damage when the uid is alive and placed on `node` now, and was placed
+    /// throughout the last read round trip (`staleness_ms`): an agent cannot know of a change
+    /// younger than its freshest read, so a removal racing such a change is not held against it.
+    fn damages(&self, uid: &str, node: usize) -> Option<&crate::api::ApiObject> {
+        let obj = self.api.live_here(uid, node)?;
+        let since = self.now.saturating_sub(self.staleness_ms());
+        let raced = self.unplaced_until.get(&(node, uid.to_string())).is_some_and(|&t| t >= since);
+        (!raced).then_some(obj)
+    }
+
+    /// The longest a read served just before a decision takes to answer, plus the flights of
+    /// the read request and of the decided effect.
+    fn staleness_ms(&self) -> u64 {
+        2 * self.timing.effect_ms_max + self.timing.read_ms_max
+    }
+
+    /// Before the ground truth changes for `node` (every node when `None`) or for `key`
+    /// (every model when `None`): note what is unplaced up to now.
+    fn record_unplaced(&mut self, node: Option<usize>, key: Option<&ModelKey>) {
+        let nodes: Vec<usize> = node.map_or_else(|| (0..self.nodes.len()).collect(), |n| vec![n]);
+        let objects: Vec<&crate::api::ApiObject> = match key {
+            Some(k) => self.api.objects.get(k).into_iter().collect(),
+            None => self.api.objects.values().collect(),
+        };
+        let mut unplaced = Vec::new();
+        for o in objects {
+            for &n in &nodes {
+                if !self.api.placed(&o.spec, n) {
+                    unplaced.push((n, o.uid.as_str().to_string()));
+                }
+            }
+        }
+        for k in unplaced {
+            self.unplaced_until.insert(k, self.now);
+        }
+    }
+
     fn check_label_scope(&mut self, node: usize, label_key: &str) {
         if !wire::is_model_label(label_key) {
             self.violation_on(node, None, format!("label {label_key} is outside models.ome.io/"));
@@ -660,7 +702,7 @@ impl World {
     fn removed_label(&mut self, node: usize, label_key: &str) {
         self.counters.label_removals += 1;
         let writer = self.label_writer.remove(&(node, label_key.to_string()));
-        let live = writer.as_deref().and_then(|uid| self.api.live_here(uid, node));
+        let live = writer.as_deref().and_then(|uid| self.damages(uid, node));
         if let Some(obj) = live {
             let (key, uid) = (obj.key.clone(), obj.uid.clone());
             self.counters.label_removals_live += 1;
@@ -673,7 +715,7 @@ impl World {
 
     fn removed_entry(&mut self, node: usize, uid: &str, cm_key: &str) {
         self.counters.entry_removals += 1;
-        if self.api.live_here(uid, node).is_some() {
+        if self.damages(uid, node).is_some() {
             self.counters.entry_removals_live += 1;
             self.mark(node, MarkKind::Damage);
             let key = self.api.key_of(uid);
@@ -793,6 +835,7 @@ impl World {
     /// Change a label of a node's Node object; its agent sees the new node when the Node watch
     /// delivers it. During a wipe the change lands in the labels that come back.
     pub fn set_node_label(&mut self, node: usize, key: &str, value: Option<&str>) {
+        self.record_unplaced(Some(node), None);
         match value {
             Some(v) => self.api.node_labels[node].insert(key.to_string(), v.to_string()),
             None => self.api.node_labels[node].remove(key),
@@ -805,6 +848,7 @@ impl World {
     pub fn wipe_node_labels(&mut self, node: usize, ms: u64) {
         let until = self.now + ms;
         let was = self.api.wiped_until[node];
+        self.record_unplaced(Some(node), None);
         self.api.wiped_until[node] = Some(was.map_or(until, |w| w.max(until)));
         if was.is_none() {
             self.node_changed(node);
@@ -848,6 +892,7 @@ impl World {
 
     /// The user changes a model's spec.
     pub fn update(&mut self, key: &ModelKey, spec: ModelSpec) {
+        self.record_unplaced(None, Some(key));
         if let Some(change) = self.api.spec_update(key, Arc::new(spec)) {
             self.fanout(change);
         }
