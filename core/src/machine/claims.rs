@@ -122,12 +122,16 @@ fn rank(key: &ModelKey, inc: &Incarnation) -> Rank {
     (key.kind != Kind::ClusterBaseModel, inc.obj.created.clone(), inc.uid().clone())
 }
 
-/// The current incarnation of `slot` if it is alive as far as the core knows and placed here
-/// (or still has something here): only such a model can own a shared key.
+/// An incarnation of `slot` alive as far as the core knows and placed here (or still with
+/// something here), the current one first: only such a model can own a shared key. A former
+/// one counts too, since which uid of a name is alive may be unknown for a while (a stale
+/// relist can show an old uid after a new one).
 fn claimant<'a>(slot: &'a Slot, node: Option<&NodeView>) -> Option<&'a Incarnation> {
-    let inc = slot.current.as_ref()?;
-    let alive = matches!(inc.life, Life::Observed | Life::PendingConfirm { .. });
-    (alive && (eligible_now(inc, node) == Some(true) || inc.something_here())).then_some(inc)
+    let claims = |inc: &&Incarnation| {
+        let alive = matches!(inc.life, Life::Observed | Life::PendingConfirm { .. });
+        alive && (eligible_now(inc, node) == Some(true) || inc.something_here())
+    };
+    slot.current.iter().chain(slot.former.iter()).find(claims)
 }
 
 /// How the models colliding with `key` bear on it. `None` when nothing collides (nearly always).
@@ -147,7 +151,10 @@ pub(super) fn contest(
     for other in &colliders {
         let Some(slot) = slots.get(other) else { continue };
         // Removed only when no other model that may have it, or is placed here, maps to it.
-        contest.fenced |= slot.all().any(|i| !i.is_confirmed() && i.claims_label());
+        // A withdrawn or confirmed model is leaving too: it never fences (two leaving models
+        // would each wait for the other).
+        let alive = |i: &Incarnation| matches!(i.life, Life::Observed | Life::PendingConfirm { .. });
+        contest.fenced |= slot.all().any(|i| alive(i) && i.claims_label());
         if let Some(inc) = claimant(slot, node) {
             contest.fenced = true;
             let r = rank(other, inc);

@@ -169,7 +169,10 @@ pub(super) fn decide_exit(
     else {
         return false;
     };
-    let Some(witness) = reads.witness.as_ref().filter(|w| w.sent.seq >= since_seq && w.sent.at >= fresh_after) else {
+    // The two witnesses speak of one moment: the Node read is sent no earlier than the model
+    // read that agreed (a retried model read never pairs with an older round's Node read).
+    let fresh = |w: &&NodeWitness| w.sent.seq >= since_seq.max(model.seq) && w.sent.at >= fresh_after;
+    let Some(witness) = reads.witness.as_ref().filter(fresh) else {
         reads.wanted = true;
         return true;
     };

@@ -166,3 +166,17 @@ fn the_claims_index_follows_slots_in_and_out() {
     h.settle(e);
     assert!(h.s.claims.colliders(&h.s.slots, &cbm.key).is_empty());
 }
+
+#[test]
+fn two_colliding_models_leaving_together_remove_the_shared_label() {
+    let (cbm, bm) = pair();
+    let mut h = H::new();
+    let e = h.start(false, vec![cbm.clone(), bm.clone()]);
+    h.settle(e);
+    let e = h.apply(deleting(bm.clone()));
+    let mut all = h.settle(e);
+    let e = h.apply(deleting(cbm.clone()));
+    all.extend(h.settle(e));
+    assert!(removes_label(&all), "neither waits for the other: {all:?}");
+    assert_eq!(h.s.model_count(), 0);
+}

@@ -321,3 +321,29 @@ fn deletion_evidence_held_by_the_breaker_survives_the_node_coming_back() {
     let all = h.settle(all);
     assert!(matches!(destructive(&all)[..], [Op::Unpublish { .. }]), "{:?}", destructive(&all));
 }
+
+#[test]
+fn a_retried_model_read_never_pairs_with_an_older_node_read() {
+    let mut h = H::new();
+    let (m, m2) = (pool(local("m", "u1"), "a"), pool(local("m2", "u2"), "a"));
+    let e = h.start_on(in_pool(), false, vec![m.clone(), m2.clone()]);
+    h.settle(e);
+    // m leaves the pool; its read fails and is retried later.
+    let g1 = one_get(&h.apply(pool(m.clone(), "b")));
+    h.input(Input::LiveRead { id: g1, result: ReadResult::Failed("503".into()) });
+    // m2 leaves too; its exit is decided with a Node read answered now.
+    let g2 = one_get(&h.apply(pool(m2.clone(), "b")));
+    let e = h.input(Input::LiveRead { id: g2, result: ReadResult::Found(pool(m2.clone(), "b")) });
+    let n1 = one_node_get(&e);
+    let e = h.input(Input::NodeRead { id: n1, result: NodeReadResult::Found(in_pool()) });
+    assert!(matches!(destructive(&e)[..], [Op::Unpublish { .. }]));
+    // m's retried read agrees; the Node read above is older than it: a new one is asked for.
+    let delay = read_retry_in(&h, &ModelKey::cluster("m"), "u1");
+    let e = h.advance(delay);
+    let g = one_get(&e);
+    let e = h.input(Input::LiveRead { id: g, result: ReadResult::Found(pool(m.clone(), "b")) });
+    assert!(destructive(&e).is_empty(), "{e:?}");
+    let n2 = one_node_get(&e);
+    let e = h.input(Input::NodeRead { id: n2, result: NodeReadResult::Found(in_pool()) });
+    assert!(matches!(destructive(&e)[..], [Op::Unpublish { .. }]));
+}
