@@ -63,6 +63,9 @@ impl ModelFiles for MemTree {
     }
 }
 
+/// (name, dtype, shape)
+pub type Tensor = (String, String, Vec<u64>);
+
 fn dtype_bytes(dtype: &str) -> u64 {
     match dtype {
         "F64" | "I64" | "U64" => 8,
@@ -78,7 +81,7 @@ const INLINE_DATA_MAX_BYTES: u64 = 64 * 1024;
 
 /// A real safetensors file: 8-byte little-endian header length, JSON header padded with
 /// spaces to 8 bytes, then the data (zeros) when small.
-pub fn safetensors_file(tensors: &[(String, String, Vec<u64>)]) -> Vec<u8> {
+pub fn safetensors_file(tensors: &[Tensor]) -> Vec<u8> {
     let mut header = serde_json::Map::new();
     let mut offset = 0u64;
     for (name, dtype, shape) in tensors {
@@ -91,7 +94,7 @@ pub fn safetensors_file(tensors: &[(String, String, Vec<u64>)]) -> Vec<u8> {
     }
     header.insert("__metadata__".into(), serde_json::json!({"format": "pt"}));
     let mut json = serde_json::to_vec(&header).unwrap();
-    while json.len() % 8 != 0 {
+    while !json.len().is_multiple_of(8) {
         json.push(b' ');
     }
     let mut out = (json.len() as u64).to_le_bytes().to_vec();
@@ -114,7 +117,7 @@ fn expand(name: &str) -> Vec<String> {
 /// tensors.txt: `shard FILE` starts a file, `NAME DTYPE d1,d2` adds tensors, `index` writes
 /// model.safetensors.index.json for the shards.
 pub fn generate_safetensors(dir: &str, spec: &str) -> Vec<(String, Vec<u8>)> {
-    let mut shards: Vec<(String, Vec<(String, String, Vec<u64>)>)> = Vec::new();
+    let mut shards: Vec<(String, Vec<Tensor>)> = Vec::new();
     let mut index = false;
     for line in spec.lines().map(str::trim).filter(|l| !l.is_empty()) {
         let parts: Vec<&str> = line.split_whitespace().collect();
