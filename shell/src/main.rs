@@ -7,7 +7,9 @@ mod http;
 mod kubeio;
 mod lean_model;
 mod metrics;
+mod modelfiles;
 
+use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -29,6 +31,9 @@ const USAGE: &str = "\
 model-agent: makes LLM model weights available on this node and reports them (OME-compatible)
 
 USAGE: model-agent [FLAGS]     (env NODE_NAME is required)
+       model-agent inspect DIR [--annotations k=v ...]
+                               print the metadata `config` the agent would publish for DIR
+                               and the spec fields it would fill, as JSON
 
   --port N                         health and metrics port (8080)
   --models-root-dir DIR            models root on the node (/mnt/models)
@@ -117,8 +122,54 @@ fn parse_cli(args: Vec<String>) -> Result<Cli, String> {
     Ok(cli)
 }
 
+/// `inspect DIR [--annotations k=v ...]`: the directory and the model's annotations.
+fn parse_inspect(args: Vec<String>) -> Result<(PathBuf, BTreeMap<String, String>), String> {
+    let mut dir = None;
+    let mut annotations = BTreeMap::new();
+    let mut taking_annotations = false;
+    for arg in args {
+        if arg == "--annotations" {
+            taking_annotations = true;
+        } else if let Some(kv) = arg.strip_prefix("--annotations=") {
+            insert_annotation(&mut annotations, kv)?;
+        } else if arg.starts_with("--") || arg == "-h" {
+            return Err(format!("inspect: unknown flag {arg:?}\n\n{USAGE}"));
+        } else if taking_annotations {
+            insert_annotation(&mut annotations, &arg)?;
+        } else if dir.replace(PathBuf::from(&arg)).is_some() {
+            return Err(format!("inspect takes one DIR\n\n{USAGE}"));
+        }
+    }
+    Ok((dir.ok_or(format!("inspect needs a DIR\n\n{USAGE}"))?, annotations))
+}
+
+fn insert_annotation(annotations: &mut BTreeMap<String, String>, kv: &str) -> Result<(), String> {
+    let (k, v) = kv.split_once('=').ok_or(format!("--annotations: {kv:?} is not k=v"))?;
+    annotations.insert(k.to_string(), v.to_string());
+    Ok(())
+}
+
+fn run_inspect(args: Vec<String>) -> ExitCode {
+    let result = parse_inspect(args).and_then(|(dir, annotations)| modelfiles::inspect(&dir, &annotations));
+    match result {
+        Ok(json) => {
+            println!("{json}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("model-agent: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = match parse_cli(std::env::args().skip(1).collect()) {
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    // A subcommand only as the first word: every other first word stays a flag, as before.
+    if args.first().is_some_and(|a| a == "inspect") {
+        return run_inspect(args.split_off(1));
+    }
+    let cli = match parse_cli(args) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("model-agent: {e}");
@@ -521,6 +572,19 @@ mod tests {
 
     fn args(s: &str) -> Vec<String> {
         s.split_whitespace().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn inspect_takes_a_dir_and_repeated_or_listed_annotations() {
+        let (dir, ann) = parse_inspect(args("/m --annotations a=1 b=2 --annotations=c=x=y")).unwrap();
+        assert_eq!(dir, PathBuf::from("/m"));
+        assert_eq!(ann.len(), 3);
+        assert_eq!(ann["c"], "x=y");
+        assert!(parse_inspect(args("--annotations a=1")).is_err(), "a DIR is required");
+        assert!(parse_inspect(args("/m --annotations nokv")).is_err());
+        assert!(parse_inspect(args("/m /n")).is_err());
+        // The agent's own flags are untouched: `inspect` is only a subcommand as the first word.
+        assert!(parse_cli(args("inspect /m")).is_err());
     }
 
     #[test]
