@@ -424,6 +424,7 @@ async fn dispatch(ctx: &Ctx, effect: Effect) {
             let _ = ctx.writes.send(Write::OrphanLabel { id, label_key }).await;
         }
         Op::RemoveOrphanEntry { cm_key, uid } => {
+            let uid = uid.map(|u| u.as_str().to_string());
             let _ = ctx.writes.send(Write::OrphanEntry { id, cm_key, uid }).await;
         }
         Op::LiveGet { key } => spawn(ctx, async move |c: Ctx| {

@@ -233,7 +233,7 @@ impl Api {
             labels: self.labels[node].clone(),
             entries: self.entries[node]
                 .iter()
-                .map(|(k, e)| (k.clone(), EntryView { status: Some(e.status), uid: e.uid.clone() }))
+                .map(|(k, e)| (k.clone(), EntryView { status: Some(e.status), uid: e.uid.as_deref().map(Uid::new) }))
                 .collect(),
             owned_dirs: vec![],
             trash: vec![],

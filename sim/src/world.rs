@@ -416,6 +416,15 @@ impl World {
         let step =
             Step { t: self.now, input: kept, effects: output.effects.clone(), notes: output.notes.clone(), state };
         self.nodes[node].history.push(step);
+        // The core's own invariants after every step, in release builds too (the core checks
+        // them itself only in debug builds).
+        let broken = match &self.nodes[node].agent {
+            Agent::Core(state) => state.invariants().err(),
+            _ => None,
+        };
+        if let Some(broken) = broken {
+            self.violation_on(node, None, format!("core invariant broken: {broken}"));
+        }
         for note in &output.notes {
             self.note(node, note);
         }
@@ -615,10 +624,11 @@ impl World {
                 if down {
                     return Some(unavailable());
                 }
-                let matches = self.api.entries[node].get(cm_key).is_some_and(|e| e.uid == *uid);
+                let seen = uid.as_ref().map(|u| u.as_str());
+                let matches = self.api.entries[node].get(cm_key).is_some_and(|e| e.uid.as_deref() == seen);
                 if matches {
                     self.api.entries[node].remove(cm_key);
-                    self.removed_entry(node, uid.as_deref().unwrap_or(""), cm_key);
+                    self.removed_entry(node, seen.unwrap_or(""), cm_key);
                 }
                 Some(done(id))
             }

@@ -7,7 +7,7 @@ use super::*;
 #[derive(Clone, Debug, Default)]
 pub(super) struct OrphanCheck {
     pub(super) labels: Vec<String>,
-    pub(super) entries: Vec<(String, Option<String>)>,
+    pub(super) entries: Vec<(String, Option<Uid>)>,
     pub(super) dirs: Vec<OwnedDir>,
     pub(super) lists: [Option<EffectId>; 2],
     pub(super) listed: [Option<Arc<Vec<ModelObject>>>; 2],
@@ -98,7 +98,7 @@ impl State {
                 .filter(|(k, e)| {
                     wire::is_model_entry_key(k)
                         && (!claimed_entries.contains(k.as_str())
-                            || e.uid.as_ref().is_some_and(|u| !known_uids.contains(&Uid::new(u))))
+                            || e.uid.as_ref().is_some_and(|u| !known_uids.contains(u)))
                 })
                 .map(|(k, e)| (k.clone(), e.uid.clone()))
                 .collect(),
@@ -147,7 +147,7 @@ impl State {
         }
         for (cm_key, uid) in &check.entries {
             let orphan = match uid {
-                Some(u) => !uids.contains(&Uid::new(u)),
+                Some(u) => !uids.contains(u),
                 None => !entries.contains(cm_key),
             };
             if orphan {

@@ -191,14 +191,14 @@ pub struct DriftSnapshot {
 pub struct EntryView {
     /// `None` when the value is not a ModelEntry the agent understands.
     pub status: Option<ModelStatus>,
-    pub uid: Option<String>,
+    pub uid: Option<Uid>,
 }
 
 impl EntryView {
     /// The view of a stored value.
     pub fn of(value: &str) -> EntryView {
         match ModelEntry::from_json(value) {
-            Ok(e) => EntryView { status: Some(e.status), uid: e.uid },
+            Ok(e) => EntryView { status: Some(e.status), uid: e.uid.as_deref().map(Uid::new) },
             Err(_) => EntryView { status: None, uid: None },
         }
     }
@@ -207,7 +207,7 @@ impl EntryView {
         match (&self.status, &self.uid) {
             (None, _) => EntryOwner::Unreadable,
             (Some(_), None) => EntryOwner::Anonymous,
-            (Some(_), Some(uid)) => EntryOwner::Uid(uid.clone()),
+            (Some(_), Some(uid)) => EntryOwner::Uid(uid.as_str().to_string()),
         }
     }
 }
@@ -301,7 +301,7 @@ pub enum Op {
     /// Destructive. Remove a `models.ome.io/` label no model claims (confirmed by fresh LISTs).
     RemoveOrphanLabel { label_key: String },
     /// Destructive. Remove a ConfigMap entry no model claims (only if it still has `uid`).
-    RemoveOrphanEntry { cm_key: String, uid: Option<String> },
+    RemoveOrphanEntry { cm_key: String, uid: Option<Uid> },
     /// Answer with `Input::RootProbed`.
     ProbeRoot,
     /// Answer with `Input::DriftObserved`.

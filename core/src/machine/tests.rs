@@ -823,7 +823,7 @@ fn drift_removes_orphans_only_after_fresh_lists_show_no_owner() {
             ("models.ome.io/clusterbasemodel.pinned".into(), "true".into()),
         ]),
         entries: BTreeMap::from([
-            ("clusterbasemodel.gone".into(), EntryView { status: Some(ModelStatus::Ready), uid: Some("ug".into()) }),
+            ("clusterbasemodel.gone".into(), EntryView { status: Some(ModelStatus::Ready), uid: Some(Uid::new("ug")) }),
             ("settings".into(), EntryView { status: None, uid: None }),
         ]),
         owned_dirs: vec![OwnedDir { path: "gone".into(), uid: Uid::new("ug") }],
@@ -842,7 +842,7 @@ fn drift_removes_orphans_only_after_fresh_lists_show_no_owner() {
     let d = destructive(&out);
     assert_eq!(d.len(), 3, "{d:?}");
     assert!(d.iter().any(|op| matches!(op, Op::RemoveOrphanLabel { label_key } if label_key.ends_with(".gone"))));
-    assert!(d.iter().any(|op| matches!(op, Op::RemoveOrphanEntry { cm_key, uid } if cm_key == "clusterbasemodel.gone" && uid.as_deref() == Some("ug"))));
+    assert!(d.iter().any(|op| matches!(op, Op::RemoveOrphanEntry { cm_key, uid } if cm_key == "clusterbasemodel.gone" && uid.as_ref().map(Uid::as_str) == Some("ug"))));
     assert!(d.iter().any(|op| matches!(op, Op::TrashDir { uid, key: None, .. } if uid.as_str() == "ug")));
     assert!(!d.iter().any(|op| matches!(op, Op::RemoveOrphanLabel { label_key } if label_key.ends_with(".late"))));
 }
@@ -875,7 +875,7 @@ fn drift_downloads_again_when_the_weights_vanished() {
         labels: BTreeMap::from([("models.ome.io/clusterbasemodel.m".into(), "Ready".into())]),
         entries: BTreeMap::from([(
             "clusterbasemodel.m".into(),
-            EntryView { status: Some(ModelStatus::Ready), uid: Some("u1".into()) },
+            EntryView { status: Some(ModelStatus::Ready), uid: Some(Uid::new("u1")) },
         )]),
         owned_dirs: vec![],
         trash: vec![],
