@@ -123,3 +123,37 @@ fn regression_stale_list_after_recreate() {
     ];
     run(&actions, 7).unwrap();
 }
+
+/// The property tests found this (2026-12-03): a model re-created and then deleted while live
+/// reads answer seconds late.
+#[test]
+fn regression_recreate_then_delete_with_late_reads() {
+    let actions = vec![
+        Action::Outage { ms: 46118 },
+        Action::Wait { ms: 66386 },
+        Action::Wait { ms: 88731 },
+        Action::Shutdown { node: 0, exit_ms: 2742 },
+        Action::Create { name: 2, uri: 2, selects: false },
+        Action::Recreate { name: 0, uri: 1 },
+        Action::Create { name: 0, uri: 0, selects: false },
+        Action::Shutdown { node: 1, exit_ms: 10443 },
+        Action::Storm { kind: Kind::ClusterBaseModel, shape: 3 },
+        Action::Wait { ms: 5886 },
+        Action::Recreate { name: 0, uri: 0 },
+        Action::Reselect { name: 2, selects: false },
+        Action::Recreate { name: 1, uri: 1 },
+        Action::Reselect { name: 0, selects: false },
+        Action::Reselect { name: 0, selects: false },
+        Action::Latency { read_ms_max: 6280, node_watch_ms_max: 1 },
+        Action::ReadOnlyRoot { node: 0, read_only: false },
+        Action::Wait { ms: 21479 },
+        Action::Delete { name: 3, finalizer: false },
+        Action::Wait { ms: 23215 },
+        Action::Storm { kind: Kind::ClusterBaseModel, shape: 0 },
+        Action::Create { name: 0, uri: 0, selects: false },
+        Action::Create { name: 0, uri: 0, selects: false },
+        Action::ReadOnlyRoot { node: 0, read_only: false },
+        Action::Delete { name: 1, finalizer: false },
+    ];
+    run(&actions, 730151975163019422).unwrap();
+}

@@ -94,7 +94,7 @@ impl State {
         let found = found.map(|o| Arc::new(o.clone()));
         let mut suppressed = Vec::new();
         for inc in slot.all_mut().filter(|i| i.awaits(id)) {
-            let Life::PendingConfirm { cause, .. } = inc.life else { continue };
+            let Life::PendingConfirm { cause, since_seq, .. } = inc.life else { continue };
             let answer = match &found {
                 None => ReadAnswer::NotFound,
                 Some(obj) if obj.uid != *inc.uid() => ReadAnswer::FoundOther,
@@ -106,7 +106,7 @@ impl State {
             if let Some(obj) = found.as_ref().filter(|o| o.uid == *inc.uid()) {
                 inc.set_obj(obj.clone(), sent.seq, models_root);
             }
-            match read_verdict(cause, answer, view_newer) {
+            match read_verdict(cause, answer, view_newer, since_seq > sent.seq) {
                 ReadVerdict::Confirm(confirmation) => st.verdicts.push(Verdict {
                     key: key.clone(),
                     uid: inc.uid().clone(),
@@ -123,9 +123,12 @@ impl State {
         }
         self.stats.candidates += normalize(slot, st.now, st.seq);
         // A uid this node never saw, while no incarnation here is alive, is the live object now:
-        // adopt it (below, once the slot is released).
+        // adopt it (below, once the slot is released), unless a watch event about this name
+        // arrived after the read was sent (it may be that uid's deletion: newest view wins).
+        let newer_event = slot.event_seq > sent.seq;
         let adopt = found.filter(|obj| {
             !obj.deleting
+                && !newer_event
                 && slot.all().all(|i| {
                     i.uid() != &obj.uid && matches!(i.life, Life::PendingConfirm { .. } | Life::Confirmed { .. })
                 })

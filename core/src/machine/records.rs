@@ -245,6 +245,9 @@ pub struct Slot {
     /// What the per-kind pending/due indexes hold for this name.
     pub indexed_pending: bool,
     pub indexed_due: bool,
+    /// The step of the newest watch event about this name (any uid): a live read sent before
+    /// it never brings back a uid the record no longer holds.
+    pub event_seq: u64,
 }
 
 impl Slot {

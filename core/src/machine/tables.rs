@@ -122,13 +122,20 @@ pub enum ReadVerdict {
 
 /// core.md, second table: a live read answering a PendingConfirm. (A failed or timed-out read
 /// is a retry with backoff, in `read_failed`: never a verdict.)
-pub fn read_verdict(cause: Cause, answer: ReadAnswer, view_newer_than_read: bool) -> ReadVerdict {
+pub fn read_verdict(
+    cause: Cause,
+    answer: ReadAnswer,
+    view_newer_than_read: bool,
+    questioned_after_read: bool,
+) -> ReadVerdict {
     match (answer, cause) {
         (ReadAnswer::NotFound, _) => ReadVerdict::Confirm(Confirmation::NotFound),
         (ReadAnswer::FoundOther, _) => ReadVerdict::Confirm(Confirmation::Replaced),
         (ReadAnswer::FoundDeleting, _) => ReadVerdict::Confirm(Confirmation::Deleting),
         (ReadAnswer::FoundAlive, Cause::PlacementExit) if view_newer_than_read => ReadVerdict::ReadAgain,
         (ReadAnswer::FoundAlive, Cause::PlacementExit) => ReadVerdict::AwaitNodeWitness,
+        // A Deleted (or vanishing) seen after the read was sent: the answer is older than it.
+        (ReadAnswer::FoundAlive, _) if questioned_after_read => ReadVerdict::ReadAgain,
         (ReadAnswer::FoundAlive, _) => ReadVerdict::Suppress,
     }
 }

@@ -72,8 +72,15 @@ impl State {
             self.claims.add(&key);
         }
         let slot = Arc::make_mut(self.slots.entry(key.clone()).or_insert_with(|| {
-            Arc::new(Slot { current: None, former: Vec::new(), indexed_pending: false, indexed_due: false })
+            Arc::new(Slot {
+                current: None,
+                former: Vec::new(),
+                indexed_pending: false,
+                indexed_due: false,
+                event_seq: 0,
+            })
         }));
+        slot.event_seq = slot.event_seq.max(seq);
         if let Some(inc) = slot.find_mut(&obj.uid) {
             // A uid already known: refresh, unless it is confirmed gone (a stale view).
             if !inc.is_confirmed() {
@@ -99,6 +106,7 @@ impl State {
     /// A candidate event for the incarnation with `uid` (the current one when `None`).
     pub(super) fn candidate(&mut self, st: &mut Step, key: &ModelKey, uid: Option<&Uid>, event: CandidateEvent) {
         let Some(slot) = self.slots.get_mut(key).map(Arc::make_mut) else { return };
+        slot.event_seq = slot.event_seq.max(st.seq);
         let inc = match uid {
             Some(uid) => slot.find_mut(uid),
             None => slot.current.as_mut(),
@@ -106,7 +114,14 @@ impl State {
         let Some(inc) = inc else { return };
         let fresh = matches!(inc.life, Life::Observed | Life::Withdrawn);
         match on_candidate(&inc.life, event) {
-            CandidateStep::Stay => return,
+            CandidateStep::Stay => {
+                // Questioned again while pending: an answer sent before now cannot clear it.
+                if let (Life::PendingConfirm { since_seq, .. }, CandidateEvent::Questioned(_)) = (&mut inc.life, event)
+                {
+                    *since_seq = st.seq;
+                }
+                return;
+            }
             CandidateStep::Pend(cause) => inc.life = pending(cause, st.now, st.seq),
             CandidateStep::Recause(new_cause) => {
                 // The read in flight or the hold keeps going; its answer now decides existence.
