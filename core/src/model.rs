@@ -137,16 +137,6 @@ pub enum DownloadPolicy {
 // malformed object still yields its identity and a clear error instead of a dropped event.
 // ---------------------------------------------------------------------------------------------
 
-/// A BaseModel or ClusterBaseModel as the API server sends it (only what the agent reads).
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ApiModel {
-    #[serde(default)]
-    pub metadata: ApiMetadata,
-    #[serde(default)]
-    pub spec: Option<serde_json::Value>,
-}
-
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ApiMetadata {
@@ -171,14 +161,6 @@ fn too_big(bytes: usize, bytes_max: usize) -> String {
 #[serde(rename_all = "camelCase")]
 pub struct ApiModelSpec {
     pub storage: Option<ApiStorageSpec>,
-}
-
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct ApiModelFormat {
-    #[serde(default)]
-    pub name: String,
-    pub version: Option<String>,
 }
 
 /// `spec.storage` (`StorageSpec`).
@@ -331,19 +313,6 @@ impl ModelObject {
             Some(v) => ApiModelSpec::deserialize(v).map_err(|e| format!("spec is malformed: {e}")),
         };
         ModelObject::from_parts(kind, metadata, spec)
-    }
-
-    /// Build the lean object from the API shape. Only identity errors are errors; a bad spec is
-    /// kept as `spec: Err(reason)` so the model can be reported Failed with that reason.
-    pub fn from_api(kind: Kind, api: ApiModel) -> Result<ModelObject, ObjectError> {
-        let spec = match api.spec {
-            None => Err("spec is missing".to_string()),
-            Some(value) => match serde_json::from_value::<ApiModelSpec>(value) {
-                Err(e) => Err(format!("spec is malformed: {e}")),
-                Ok(spec) => Ok(spec),
-            },
-        };
-        ModelObject::from_parts(kind, api.metadata, spec)
     }
 
     /// Build the lean object from its metadata and its spec (parsed, or why not): the shell's
