@@ -28,19 +28,35 @@ pub(super) struct Contest {
     pub(super) fenced: bool,
 }
 
-fn hashes(key: &ModelKey) -> [u64; 2] {
-    let hash = |tag: u8, s: &str| {
-        let mut h = rustc_hash::FxHasher::default();
-        tag.hash(&mut h);
-        s.hash(&mut h);
-        h.finish()
-    };
-    [hash(0, &wire::label_key(key)), hash(1, &wire::configmap_key(key))]
+/// A model's node label key and ConfigMap key, computed once per lookup.
+struct WireKeys {
+    label: String,
+    cm: String,
 }
 
-/// Do the two models share a node label or a ConfigMap key?
-fn collide(a: &ModelKey, b: &ModelKey) -> bool {
-    a != b && (wire::label_key(a) == wire::label_key(b) || wire::configmap_key(a) == wire::configmap_key(b))
+impl WireKeys {
+    fn of(key: &ModelKey) -> WireKeys {
+        WireKeys { label: wire::label_key(key), cm: wire::configmap_key(key) }
+    }
+
+    fn hashes(&self) -> [u64; 2] {
+        let hash = |tag: u8, s: &str| {
+            let mut h = rustc_hash::FxHasher::default();
+            tag.hash(&mut h);
+            s.hash(&mut h);
+            h.finish()
+        };
+        [hash(0, &self.label), hash(1, &self.cm)]
+    }
+
+    /// Does `other` share the node label or the ConfigMap key?
+    fn shared_with(&self, other: &ModelKey) -> bool {
+        wire::label_key(other) == self.label || wire::configmap_key(other) == self.cm
+    }
+}
+
+fn hashes(key: &ModelKey) -> [u64; 2] {
+    WireKeys::of(key).hashes()
 }
 
 /// The untruncated model keys whose entry key could be `cm_key`-shaped `text`: a
@@ -95,16 +111,20 @@ impl Claims {
 
     /// The other known models whose label key or ConfigMap key equals one of `key`'s.
     pub(super) fn colliders(&self, slots: &Map<ModelKey, Arc<Slot>>, key: &ModelKey) -> Vec<ModelKey> {
-        let label = wire::label_key(key);
-        let label_suffix = label.strip_prefix(wire::LABEL_DOMAIN).and_then(|r| r.strip_prefix('/')).unwrap_or("");
+        let mine = WireKeys::of(key);
+        let collides = |k: &ModelKey| k != key && mine.shared_with(k);
+        let label_suffix = mine.label.strip_prefix(wire::LABEL_DOMAIN).and_then(|r| r.strip_prefix('/')).unwrap_or("");
         let mut out: Vec<ModelKey> = preimages(label_suffix)
             .into_iter()
-            .chain(preimages(&wire::configmap_key(key)))
-            .filter(|k| slots.contains_key(k) && collide(key, k))
+            .chain(preimages(&mine.cm))
+            .filter(|k| slots.contains_key(k) && collides(k))
             .collect();
-        for h in hashes(key) {
-            if let Some(keys) = self.truncated.get(&h) {
-                out.extend(keys.iter().filter(|k| collide(key, k)).cloned());
+        // Only models with truncated keys are indexed: usually none.
+        if !self.truncated.is_empty() {
+            for h in mine.hashes() {
+                if let Some(keys) = self.truncated.get(&h) {
+                    out.extend(keys.iter().filter(|k| collides(k)).cloned());
+                }
             }
         }
         out.sort_unstable();
