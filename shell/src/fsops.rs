@@ -35,7 +35,14 @@ pub fn probe_root(root: &Path) -> RootProbe {
     let meta = match fs::metadata(root) {
         Ok(m) => m,
         Err(e) => {
-            return RootProbe { exists: false, is_dir: false, readable: false, writable: false, detail: e.to_string() };
+            return RootProbe {
+                exists: false,
+                is_dir: false,
+                readable: false,
+                writable: false,
+                detail: e.to_string(),
+                answered: true,
+            };
         }
     };
     if !meta.is_dir() {
@@ -45,6 +52,7 @@ pub fn probe_root(root: &Path) -> RootProbe {
             readable: false,
             writable: false,
             detail: "not a directory".into(),
+            answered: true,
         };
     }
     let readable = fs::read_dir(root).map(|mut d| d.next().is_none_or(|e| e.is_ok()));
@@ -61,7 +69,7 @@ pub fn probe_root(root: &Path) -> RootProbe {
     } else if !writable && detail.is_empty() {
         detail = "no write permission".into();
     }
-    RootProbe { exists: true, is_dir: true, readable, writable, detail }
+    RootProbe { exists: true, is_dir: true, readable, writable, detail, answered: true }
 }
 
 /// A `local://` directory must exist, be a directory and be readable. Never writes.

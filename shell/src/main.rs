@@ -2,6 +2,7 @@
 //! inputs, executes the core's effects against the API server and the node, serves health and
 //! metrics, and records traces. All decisions are the core's.
 
+mod fsgate;
 mod fsops;
 mod http;
 mod kubeio;
@@ -36,6 +37,8 @@ USAGE: model-agent [FLAGS]     (env NODE_NAME is required)
                                and the spec fields it would fill, as JSON
 
   --port N                         health and metrics port (8080)
+  --metrics-bind-address IP        address the health and metrics server binds (0.0.0.0, every
+                                   address; 127.0.0.1 keeps /metrics, which names models, on the node)
   --models-root-dir DIR            models root on the node (/mnt/models)
   --namespace NS                   namespace of the per-node ConfigMap (ome)
   --models-root-write-check MODE   auto | always | never (auto: only when a model placed here downloads)
@@ -62,6 +65,7 @@ const LIVE_READS_CONCURRENT_MAX: usize = 8;
 #[derive(Debug)]
 struct Cli {
     port: u16,
+    bind_address: std::net::IpAddr,
     models_root: String,
     namespace: String,
     write_check: WriteCheck,
@@ -75,6 +79,7 @@ struct Cli {
 fn parse_cli(args: Vec<String>) -> Result<Cli, String> {
     let mut cli = Cli {
         port: 8080,
+        bind_address: std::net::IpAddr::from([0, 0, 0, 0]),
         models_root: "/mnt/models".into(),
         namespace: "ome".into(),
         write_check: WriteCheck::Auto,
@@ -93,6 +98,12 @@ fn parse_cli(args: Vec<String>) -> Result<Cli, String> {
         let mut value = || inline.clone().or_else(|| it.next()).ok_or(format!("{flag} needs a value"));
         match flag.as_str() {
             "--port" => cli.port = value()?.parse().map_err(|_| "--port: not a port number")?,
+            "--metrics-bind-address" => {
+                let v = value()?;
+                cli.bind_address = v
+                    .parse()
+                    .map_err(|_| format!("--metrics-bind-address: {v:?} is not an IP address (the port is --port)"))?;
+            }
             "--models-root-dir" => cli.models_root = value()?,
             "--namespace" => cli.namespace = value()?,
             "--models-root-write-check" => cli.write_check = value()?.parse()?,
@@ -221,6 +232,9 @@ struct Ctx {
     reads: Arc<tokio::sync::Semaphore>,
     fetches: Arc<tokio::sync::Semaphore>,
     spec_bytes_max: usize,
+    fs: fsgate::FsGate,
+    /// A root probe is in flight (it may be stuck in the kernel): at most one at a time.
+    probing: Arc<std::sync::atomic::AtomicBool>,
 }
 
 async fn run(cli: Cli, node_name: String) -> Result<(), String> {
@@ -250,8 +264,9 @@ async fn run(cli: Cli, node_name: String) -> Result<(), String> {
     });
     shared.beat();
 
-    let listener =
-        tokio::net::TcpListener::bind(("0.0.0.0", cli.port)).await.map_err(|e| format!("--port {}: {e}", cli.port))?;
+    let listener = tokio::net::TcpListener::bind((cli.bind_address, cli.port))
+        .await
+        .map_err(|e| format!("--metrics-bind-address {} --port {}: {e}", cli.bind_address, cli.port))?;
     let (stop_http_tx, stop_http_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(
         axum::serve(listener, http::router(shared.clone()))
@@ -260,7 +275,7 @@ async fn run(cli: Cli, node_name: String) -> Result<(), String> {
             })
             .into_future(),
     );
-    info!(port = cli.port, "serving /healthz /readyz /livez /metrics");
+    info!(address = %cli.bind_address, port = cli.port, "serving /healthz /readyz /livez /metrics");
 
     let (in_tx, mut in_rx) = mpsc::channel::<Input>(INPUT_QUEUE_MAX);
     let (w_tx, w_rx) = mpsc::channel::<Write>(INPUT_QUEUE_MAX);
@@ -302,6 +317,8 @@ async fn run(cli: Cli, node_name: String) -> Result<(), String> {
         reads: Arc::new(tokio::sync::Semaphore::new(LIVE_READS_CONCURRENT_MAX)),
         spec_bytes_max,
         fetches: Arc::new(tokio::sync::Semaphore::new(cli.fetch_workers.max(1))),
+        fs: fsgate::FsGate::default(),
+        probing: Default::default(),
     };
 
     // Persistent streams: a signal that arrives while the loop is busy is not lost.
@@ -347,6 +364,7 @@ async fn run(cli: Cli, node_name: String) -> Result<(), String> {
         if last_status.elapsed() >= Duration::from_millis(500) {
             last_status = tokio::time::Instant::now();
             publish_status(&state, &shared, &metrics, now);
+            metrics.fs_calls_unreturned.store(ctx.fs.unreturned() as u64, Ordering::Relaxed);
             if let Some(w) = &mut recorder {
                 let _ = w.flush();
             }
@@ -385,6 +403,7 @@ fn publish_status(state: &State, shared: &http::Shared, metrics: &Metrics, now: 
     if readiness.ready && (!was_ready || minute) {
         release_freed_memory();
     }
+    metrics.retain_models(|key| state.knows(key));
     let (pending, oldest) = state.pending_confirmations();
     *metrics.core.lock().expect("metrics lock") = CoreGauges {
         stats: state.stats().clone(),
@@ -442,40 +461,34 @@ async fn dispatch(ctx: &Ctx, effect: Effect) {
         Op::VerifyLocal { key, path, .. } => spawn(ctx, async move |c: Ctx| {
             let _permit = c.fetches.acquire().await;
             let p = PathBuf::from(&path);
-            let result = tokio::task::spawn_blocking(move || fsops::verify_local(&p))
-                .await
-                .unwrap_or_else(|e| Err(e.to_string()));
-            let labels = (key.kind.as_str().to_string(), key.namespace.to_string(), key.name.to_string());
-            c.metrics.model_outcome(labels, result.is_ok());
+            let what = format!("verifying {path}");
+            let result =
+                c.fs.call(&what, fsgate::VERIFY_DEADLINE, move || fsops::verify_local(&p)).await.and_then(|r| r);
+            c.metrics.model_outcome(&key, result.is_ok());
             Some(Input::EffectDone { id, outcome: outcome(result) })
         }),
         Op::Download { key, storage_uri, .. } => spawn(ctx, async move |c: Ctx| {
             // No downloader for any scheme is built in yet: say so plainly (the model is Failed
             // with this reason and retried with backoff), never pretend.
-            let labels = (key.kind.as_str().to_string(), key.namespace.to_string(), key.name.to_string());
-            c.metrics.model_outcome(labels, false);
+            c.metrics.model_outcome(&key, false);
             let reason = format!("downloading {storage_uri} is not supported by this build of model-agent");
             Some(Input::EffectDone { id, outcome: Outcome::Failed(reason) })
         }),
         Op::TrashDir { uid, path, trash_name, .. } => spawn(ctx, async move |c: Ctx| {
             let root = c.root.clone();
-            let result = tokio::task::spawn_blocking(move || fsops::trash_dir(&root, &path, &uid, &trash_name))
-                .await
-                .unwrap_or_else(|e| Err(e.to_string()));
+            let what = format!("moving {path} to the trash");
+            let work = move || fsops::trash_dir(&root, &path, &uid, &trash_name);
+            let result = c.fs.call(&what, fsgate::TRASH_DEADLINE, work).await.and_then(|r| r);
             Some(Input::EffectDone { id, outcome: outcome(result) })
         }),
         Op::PurgeTrash { name } => spawn(ctx, async move |c: Ctx| {
             let root = c.root.clone();
-            let result = tokio::task::spawn_blocking(move || fsops::purge_trash(&root, &name))
-                .await
-                .unwrap_or_else(|e| Err(e.to_string()));
+            let what = format!("purging trash entry {name}");
+            let work = move || fsops::purge_trash(&root, &name);
+            let result = c.fs.call(&what, fsgate::PURGE_DEADLINE, work).await.and_then(|r| r);
             Some(Input::EffectDone { id, outcome: outcome(result) })
         }),
-        Op::ProbeRoot => spawn(ctx, async move |c: Ctx| {
-            let root = c.root.clone();
-            let probe = tokio::task::spawn_blocking(move || fsops::probe_root(&root)).await.ok()?;
-            Some(Input::RootProbed { id, probe })
-        }),
+        Op::ProbeRoot => spawn(ctx, async move |c: Ctx| Some(Input::RootProbed { id, probe: probe_root(&c).await })),
         Op::Snapshot => spawn(ctx, async move |c: Ctx| {
             let mut snapshot = match kubeio::snapshot_api(&c.client, &c.node, &c.namespace).await {
                 Ok(s) => s,
@@ -485,11 +498,52 @@ async fn dispatch(ctx: &Ctx, effect: Effect) {
                 }
             };
             let root = c.root.clone();
-            let (owned, trash) = tokio::task::spawn_blocking(move || fsops::scan(&root)).await.ok()?;
+            let scanned =
+                c.fs.call("scanning the models root", fsgate::TRASH_DEADLINE, move || fsops::scan(&root)).await;
+            let (owned, trash) = match scanned {
+                Ok(found) => found,
+                Err(e) => {
+                    warn!(error = %e, "drift snapshot failed; the next period asks again");
+                    return None;
+                }
+            };
             snapshot.owned_dirs = owned;
             snapshot.trash = trash;
             Some(Input::DriftObserved { id, snapshot })
         }),
+    }
+}
+
+/// Probe the models root, at most one probe at a time: while an earlier probe is stuck in the
+/// kernel, the answer is at once that the root has not answered.
+async fn probe_root(c: &Ctx) -> model_agent_core::machine::RootProbe {
+    use model_agent_core::machine::RootProbe;
+    if c.probing.swap(true, Ordering::SeqCst) {
+        return RootProbe::unanswered(format!(
+            "did not answer within {}: an earlier probe has not returned",
+            fsgate::duration_text(fsgate::PROBE_DEADLINE)
+        ));
+    }
+    // Cleared when the probe returns, or when the gate drops it unrun.
+    let (root, probing) = (c.root.clone(), ClearOnDrop(c.probing.clone()));
+    let work = move || {
+        let _probing = probing;
+        fsops::probe_root(&root)
+    };
+    match c.fs.call("probing the models root", fsgate::PROBE_DEADLINE, work).await {
+        Ok(probe) => probe,
+        Err(e) => {
+            warn!(error = %e, "models root probe failed");
+            RootProbe::unanswered(format!("did not answer within {}", fsgate::duration_text(fsgate::PROBE_DEADLINE)))
+        }
+    }
+}
+
+struct ClearOnDrop(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for ClearOnDrop {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
     }
 }
 
@@ -594,6 +648,8 @@ mod tests {
         assert_eq!((c.port, c.models_root.as_str(), c.namespace.as_str()), (8080, "/mnt/models", "ome"));
         assert_eq!(c.write_check, WriteCheck::Auto);
         assert_eq!(c.fetch_workers, 5);
+        assert_eq!(c.bind_address.to_string(), "0.0.0.0");
+        assert_eq!(parse_cli(args("--metrics-bind-address ::1")).unwrap().bind_address.to_string(), "::1");
         let c = parse_cli(args(
             "--port 9090 --models-root-dir /mnt/data/models --namespace x --node-label-retry 5 \
              --num-download-worker 2 --download-retry 3 --concurrency 4 --multipart-concurrency 4 \
@@ -615,5 +671,6 @@ mod tests {
         assert!(parse_cli(args("--bogus 1")).unwrap_err().contains("unknown flag"));
         assert!(parse_cli(args("--models-root-dir relative")).unwrap_err().contains("absolute"));
         assert!(parse_cli(args("--log-format xml")).unwrap_err().contains("text or json"));
+        assert!(parse_cli(args("--metrics-bind-address :8080")).unwrap_err().contains("the port is --port"));
     }
 }

@@ -7,6 +7,7 @@ use std::fmt::Write;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use model_agent_core::ModelKey;
 use model_agent_core::machine::Stats;
 
 /// What the core loop publishes about itself after its steps.
@@ -20,14 +21,16 @@ pub struct CoreGauges {
     pub ready: bool,
 }
 
-/// Labels of OME's per-model metrics: model_type, namespace, name.
-type ModelLabels = (String, String, String);
+/// OME's per-model metrics are labelled model_type (the kind), namespace and name.
+type ModelLabels = ModelKey;
 
 #[derive(Default)]
 pub struct Metrics {
     pub watch_errors: AtomicU64,
     pub write_errors: AtomicU64,
     pub effects_executed: AtomicU64,
+    /// Filesystem calls to the models root that have not returned (stuck or running).
+    pub fs_calls_unreturned: AtomicU64,
     downloads_success: Mutex<BTreeMap<ModelLabels, u64>>,
     downloads_failed: Mutex<BTreeMap<ModelLabels, u64>>,
     pub core: Mutex<CoreGauges>,
@@ -39,9 +42,17 @@ impl Metrics {
     }
 
     /// OME's `model_agent_downloads_{success,failed}_total` (local checks count, as upstream's do).
-    pub fn model_outcome(&self, labels: ModelLabels, ok: bool) {
+    pub fn model_outcome(&self, key: &ModelKey, ok: bool) {
         let map = if ok { &self.downloads_success } else { &self.downloads_failed };
-        *map.lock().expect("metrics lock").entry(labels).or_default() += 1;
+        *map.lock().expect("metrics lock").entry(key.clone()).or_default() += 1;
+    }
+
+    /// Drop the per-model series of models the agent no longer keeps (deleted, or never
+    /// coming back), so that `/metrics` neither grows without bound nor names gone models.
+    pub fn retain_models(&self, keep: impl Fn(&ModelKey) -> bool) {
+        for map in [&self.downloads_success, &self.downloads_failed] {
+            map.lock().expect("metrics lock").retain(|key, _| keep(key));
+        }
     }
 
     pub fn render(&self) -> String {
@@ -63,13 +74,13 @@ impl Metrics {
             ),
         ] {
             let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter");
-            for ((t, ns, n), v) in map.lock().expect("metrics lock").iter() {
+            for (key, v) in map.lock().expect("metrics lock").iter() {
                 let _ = writeln!(
                     s,
                     "{name}{{model_type=\"{}\",namespace=\"{}\",name=\"{}\"}} {v}",
-                    esc(t),
-                    esc(ns),
-                    esc(n)
+                    esc(key.kind.as_str()),
+                    esc(&key.namespace),
+                    esc(&key.name)
                 );
             }
         }
@@ -152,6 +163,12 @@ impl Metrics {
             "Watch errors (the watcher relists by itself).",
             self.watch_errors.load(Ordering::Relaxed),
         );
+        gauge(
+            &mut s,
+            "model_agent_fs_calls_unreturned",
+            "Filesystem calls to the models root not returned yet (a hung mount keeps them).",
+            self.fs_calls_unreturned.load(Ordering::Relaxed) as f64,
+        );
         counter(
             &mut s,
             "model_agent_write_errors_total",
@@ -164,4 +181,28 @@ impl Metrics {
 
 fn esc(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_model_series_go_when_the_model_is_gone() {
+        let m = Metrics::default();
+        let (kept, gone) = (ModelKey::cluster("kept"), ModelKey::cluster("gone"));
+        m.model_outcome(&kept, true);
+        m.model_outcome(&gone, false);
+        let text = m.render();
+        assert!(text.contains(
+            "model_agent_downloads_success_total{model_type=\"ClusterBaseModel\",namespace=\"\",name=\"kept\"} 1"
+        ));
+        assert!(text.contains("name=\"gone\"} 1"));
+        m.retain_models(|k| *k == kept);
+        let text = m.render();
+        assert!(text.contains("name=\"kept\"} 1"));
+        assert!(!text.contains("name=\"gone\""), "{text}");
+        // The family's HELP and TYPE stay, with no series.
+        assert!(text.contains("# TYPE model_agent_downloads_failed_total counter"));
+    }
 }

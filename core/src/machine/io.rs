@@ -157,11 +157,24 @@ pub struct RootProbe {
     /// Why a check failed (the OS error, "mounted read-only", ...), for probes and logs.
     #[serde(default)]
     pub detail: String,
+    /// False when the filesystem did not answer within the shell's deadline (a dead NFS
+    /// share): nothing is known about the root, and `detail` says how long was waited.
+    #[serde(default = "answered_by_default")]
+    pub answered: bool,
+}
+
+fn answered_by_default() -> bool {
+    true
 }
 
 impl RootProbe {
     pub fn healthy(writable: bool) -> RootProbe {
-        RootProbe { exists: true, is_dir: true, readable: true, writable, detail: String::new() }
+        RootProbe { exists: true, is_dir: true, readable: true, writable, detail: String::new(), answered: true }
+    }
+
+    /// A probe the filesystem did not answer: `detail` says why ("did not answer within 5 s").
+    pub fn unanswered(detail: String) -> RootProbe {
+        RootProbe { exists: false, is_dir: false, readable: false, writable: false, detail, answered: false }
     }
 }
 

@@ -254,6 +254,12 @@ impl State {
         self.kinds[kind.index()].synced
     }
 
+    /// Whether the core keeps any incarnation of `key` (the shell drops metric series of models
+    /// it no longer keeps).
+    pub fn knows(&self, key: &ModelKey) -> bool {
+        self.slots.contains_key(key)
+    }
+
     pub fn root(&self) -> Option<&RootProbe> {
         self.root.as_ref()
     }

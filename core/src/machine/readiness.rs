@@ -52,6 +52,7 @@ impl State {
         let root_path = &self.config.models_root;
         let (root_ok, root_detail) = match &self.root {
             None => (false, format!("models root {root_path} not probed yet")),
+            Some(p) if !p.answered => (false, format!("models root {root_path} {}", p.detail)),
             Some(p) if !p.exists => (false, format!("models root {root_path} does not exist ({})", p.detail)),
             Some(p) if !p.is_dir => (false, format!("models root {root_path} is not a directory")),
             Some(p) if !p.readable => (false, format!("models root {root_path} is not readable ({})", p.detail)),

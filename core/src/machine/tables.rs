@@ -216,7 +216,9 @@ pub fn want(inc: &Incarnation, ctx: &Context) -> Want {
         (Provisioning::NotOnNodes, _) => Want::Hold,
         (Provisioning::VerifyLocal, Some(dest)) => Want::Fetch(Plan::Verify { path: dest.absolute }),
         (Provisioning::Download, Some(dest)) => match ctx.root {
+            // Unknown (not probed, or the filesystem did not answer): neither fetch nor fail.
             None => Want::Hold,
+            Some(root) if !root.answered => Want::Hold,
             Some(root) if !root.writable => Want::Failed(read_only_reason(ctx.models_root, root, uri.scheme())),
             Some(_) if ctx.former_owns_dir => Want::Hold,
             Some(_) => Want::Fetch(Plan::Download { storage_uri: spec.storage_uri.clone(), dest }),

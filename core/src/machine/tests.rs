@@ -668,11 +668,41 @@ fn readiness_needs_a_readable_directory() {
     let _ = e;
     let e = h.advance(10_000);
     let probe = e.iter().find(|e| e.op == Op::ProbeRoot).unwrap().id;
-    let missing = RootProbe { exists: false, is_dir: false, readable: false, writable: false, detail: "ENOENT".into() };
+    let missing = RootProbe {
+        exists: false,
+        is_dir: false,
+        readable: false,
+        writable: false,
+        detail: "ENOENT".into(),
+        answered: true,
+    };
     h.input(Input::RootProbed { id: probe, probe: missing });
     let r = h.s.readiness();
     assert!(!r.ready);
     assert!(r.checks.iter().any(|c| c.name == "models-root" && c.detail.contains("does not exist")));
+}
+
+#[test]
+fn a_root_that_does_not_answer_is_not_ready_and_holds_downloads_until_it_answers() {
+    let mut h = H::new();
+    let e = h.start(true, vec![]);
+    h.settle(e);
+    let e = h.advance(10_000);
+    let probe = e.iter().find(|e| e.op == Op::ProbeRoot).unwrap().id;
+    h.input(Input::RootProbed { id: probe, probe: RootProbe::unanswered("did not answer within 5 s".into()) });
+    let r = h.s.readiness();
+    assert!(!r.ready);
+    let check = r.checks.iter().find(|c| c.name == "models-root").unwrap();
+    assert_eq!(check.detail, "models root /mnt/models did not answer within 5 s");
+    // A model that downloads is neither fetched nor failed while the root is unknown.
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Applied(hf("m", "a")));
+    let all = h.settle(e);
+    assert!(!all.iter().any(|e| matches!(e.op, Op::Download { .. } | Op::Publish { .. })), "{all:?}");
+    // The root answers again: the download starts.
+    let e = h.advance(10_000);
+    let all = h.settle(e);
+    assert!(all.iter().any(|e| matches!(e.op, Op::Download { .. })), "{all:?}");
+    assert!(h.s.readiness().ready);
 }
 
 #[test]
