@@ -549,13 +549,10 @@ mod tests {
     }
 
     #[test]
-    fn a_directory_swapped_in_after_its_marker_was_read_is_moved_back() {
-        // The swap happens between the marker check and the rename; here it is simulated by
-        // checking the identity comparison directly: a different directory in the trash slot.
+    fn trashing_onto_a_taken_trash_name_never_replaces_it() {
         let root = tmp("swap-back");
         write_marker(&root, "m", &marker("u1")).unwrap();
         trash_dir(&root, "m", &Uid::new("u1"), "t1").unwrap();
-        // Trashing onto an existing trash name never replaces it.
         write_marker(&root, "m", &marker("u1")).unwrap();
         let e = trash_dir(&root, "m", &Uid::new("u1"), "t1").unwrap_err();
         assert!(e.contains("EEXIST") || e.contains("exists"), "{e}");

@@ -317,7 +317,7 @@ async fn run(cli: Cli, node_name: String) -> Result<(), String> {
         reads: Arc::new(tokio::sync::Semaphore::new(LIVE_READS_CONCURRENT_MAX)),
         spec_bytes_max,
         fetches: Arc::new(tokio::sync::Semaphore::new(cli.fetch_workers.max(1))),
-        fs: fsgate::FsGate::default(),
+        fs: fsgate::FsGate::counting(metrics.fs_calls_unreturned.clone()),
         probing: Default::default(),
     };
 
@@ -364,7 +364,6 @@ async fn run(cli: Cli, node_name: String) -> Result<(), String> {
         if last_status.elapsed() >= Duration::from_millis(500) {
             last_status = tokio::time::Instant::now();
             publish_status(&state, &shared, &metrics, now);
-            metrics.fs_calls_unreturned.store(ctx.fs.unreturned() as u64, Ordering::Relaxed);
             if let Some(w) = &mut recorder {
                 let _ = w.flush();
             }

@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use model_agent_core::ModelKey;
 use model_agent_core::machine::Stats;
@@ -21,18 +21,17 @@ pub struct CoreGauges {
     pub ready: bool,
 }
 
-/// OME's per-model metrics are labelled model_type (the kind), namespace and name.
-type ModelLabels = ModelKey;
-
 #[derive(Default)]
 pub struct Metrics {
     pub watch_errors: AtomicU64,
     pub write_errors: AtomicU64,
     pub effects_executed: AtomicU64,
-    /// Filesystem calls to the models root that have not returned (stuck or running).
-    pub fs_calls_unreturned: AtomicU64,
-    downloads_success: Mutex<BTreeMap<ModelLabels, u64>>,
-    downloads_failed: Mutex<BTreeMap<ModelLabels, u64>>,
+    /// Filesystem calls to the models root that have not returned (stuck or running): the
+    /// filesystem gate's own count.
+    pub fs_calls_unreturned: Arc<AtomicUsize>,
+    /// OME's per-model series, labelled model_type (the kind), namespace and name.
+    downloads_success: Mutex<BTreeMap<ModelKey, u64>>,
+    downloads_failed: Mutex<BTreeMap<ModelKey, u64>>,
     pub core: Mutex<CoreGauges>,
 }
 
