@@ -222,7 +222,7 @@ pub enum Write {
 }
 
 impl Write {
-    fn id(&self) -> EffectId {
+    pub fn id(&self) -> EffectId {
         match self {
             Write::Publish { id, .. }
             | Write::Unpublish { id, .. }
@@ -234,15 +234,16 @@ impl Write {
 
 /// Applies writes in batches: all label changes of a batch in one patch of this node, all entry
 /// changes in one resourceVersion-checked write of this node's ConfigMap. Every effect gets its
-/// outcome back.
-pub async fn writer(
-    client: Client,
-    node: String,
-    namespace: String,
-    mut rx: mpsc::Receiver<Write>,
-    tx: mpsc::Sender<Input>,
+/// outcome back on `outcomes`, which never waits on the loop (see `agent`).
+pub async fn writer<F, Fut>(
+    mut rx: mpsc::UnboundedReceiver<Write>,
+    outcomes: mpsc::UnboundedSender<Input>,
     metrics: Arc<Metrics>,
-) {
+    mut apply: F,
+) where
+    F: FnMut(Vec<Write>) -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         while batch.len() < WRITE_BATCH_MAX {
@@ -252,23 +253,34 @@ pub async fn writer(
             }
         }
         let started = tokio::time::Instant::now();
-        let outcome = match apply_batch(&client, &node, &namespace, &batch).await {
+        let ids: Vec<EffectId> = batch.iter().map(Write::id).collect();
+        let outcome = match apply(batch).await {
             Ok(()) => Outcome::Done,
             Err(e) => {
                 metrics.inc(&metrics.write_errors);
-                warn!(error = %e, changes = batch.len(), "writing labels and ConfigMap failed; the core retries");
+                warn!(error = %e, changes = ids.len(), "writing labels and ConfigMap failed; the core retries");
                 Outcome::Failed(e)
             }
         };
-        debug!(changes = batch.len(), "wrote a batch");
-        for w in &batch {
-            if tx.send(Input::EffectDone { id: w.id(), outcome: outcome.clone() }).await.is_err() {
+        debug!(changes = ids.len(), "wrote a batch");
+        for id in ids {
+            if outcomes.send(Input::EffectDone { id, outcome: outcome.clone() }).is_err() {
                 return;
             }
         }
         tokio::time::sleep_until(started + WRITE_INTERVAL_MIN).await;
     }
 }
+
+/// The writer's `apply` against the API server.
+pub fn apply_to(client: Client, node: String, namespace: String) -> impl FnMut(Vec<Write>) -> BatchFuture {
+    move |batch| {
+        let (client, node, namespace) = (client.clone(), node.clone(), namespace.clone());
+        Box::pin(async move { apply_batch(&client, &node, &namespace, &batch).await })
+    }
+}
+
+pub type BatchFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>;
 
 async fn apply_batch(client: &Client, node: &str, namespace: &str, batch: &[Write]) -> Result<(), String> {
     // Labels: last change per key wins; one merge patch of our own Node (null removes).

@@ -1,0 +1,570 @@
+//! The loop that owns the core: it takes inputs, hands each effect to an executor and publishes
+//! readiness and metrics. It never waits on an executor: writes leave on the writer's queue and
+//! every other effect on a task of its own, and executors report on a queue of their own that the
+//! loop drains first. So no chain of full queues can lead back to the loop (issue #8: with one
+//! bounded queue each way, the loop waited on the writer while the writer waited on the loop).
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use kube::Client;
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use model_agent_core::machine::{Effect, Input, Note, Op, Outcome, RootProbe};
+use model_agent_core::{Instant, State, trace};
+
+use crate::kubeio::{self, Write};
+use crate::metrics::{CoreGauges, Metrics};
+use crate::{fsgate, fsops, http};
+
+/// Inputs from the watchers queued for the core at most; a watcher waits when it is full, which
+/// holds back its stream from the API server. Nothing else waits on the loop.
+pub const WATCH_QUEUE_MAX: usize = 10_000;
+/// The loop wakes at least this often (heartbeat, status).
+const LOOP_WAKE_MS_MAX: u64 = 1_000;
+/// Readiness and metrics are published at most this often.
+const STATUS_INTERVAL: Duration = Duration::from_millis(500);
+/// In-flight work is given this long after SIGTERM; the process exits well within 30 s.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+/// Concurrent live reads at most.
+pub const LIVE_READS_CONCURRENT_MAX: usize = 8;
+
+/// The loop's queues. Watchers → loop is bounded (backpressure on the watch streams). Loop →
+/// writer and executors → loop have no capacity of their own: each holds at most one message
+/// per effect in flight, and the core bounds those (one per incarnation, plus its reads; see
+/// ARCHITECTURE.md, limits). A bound there could only be met by waiting, which is the cycle.
+pub struct Queues {
+    pub watch_tx: mpsc::Sender<Input>,
+    pub watch_rx: mpsc::Receiver<Input>,
+    pub outcomes_tx: mpsc::UnboundedSender<Input>,
+    pub outcomes_rx: mpsc::UnboundedReceiver<Input>,
+    pub writes_tx: mpsc::UnboundedSender<Write>,
+    pub writes_rx: mpsc::UnboundedReceiver<Write>,
+}
+
+impl Queues {
+    pub fn new(watch_queue_max: usize) -> Queues {
+        let (watch_tx, watch_rx) = mpsc::channel(watch_queue_max);
+        let (outcomes_tx, outcomes_rx) = mpsc::unbounded_channel();
+        let (writes_tx, writes_rx) = mpsc::unbounded_channel();
+        Queues { watch_tx, watch_rx, outcomes_tx, outcomes_rx, writes_tx, writes_rx }
+    }
+}
+
+/// Everything effect executors need.
+#[derive(Clone)]
+pub struct Ctx {
+    pub client: Client,
+    pub node: String,
+    pub namespace: String,
+    pub root: PathBuf,
+    /// Where every executor reports (never waits).
+    pub outcomes: mpsc::UnboundedSender<Input>,
+    pub writes: mpsc::UnboundedSender<Write>,
+    pub metrics: Arc<Metrics>,
+    pub inflight: Arc<AtomicUsize>,
+    pub reads: Arc<tokio::sync::Semaphore>,
+    pub fetches: Arc<tokio::sync::Semaphore>,
+    pub spec_bytes_max: usize,
+    pub fs: fsgate::FsGate,
+    /// A root probe is in flight (it may be stuck in the kernel): at most one at a time.
+    pub probing: Arc<AtomicBool>,
+}
+
+impl Ctx {
+    /// Executors for this node and models root, reporting on `outcomes`, writing through `writes`.
+    pub fn new(
+        (client, node, namespace, root): (Client, String, String, PathBuf),
+        outcomes: mpsc::UnboundedSender<Input>,
+        writes: mpsc::UnboundedSender<Write>,
+        metrics: Arc<Metrics>,
+        (fetch_workers, spec_bytes_max): (usize, usize),
+    ) -> Ctx {
+        Ctx {
+            client,
+            node,
+            namespace,
+            root,
+            outcomes,
+            writes,
+            fs: fsgate::FsGate::counting(metrics.fs_calls_unreturned.clone()),
+            metrics,
+            inflight: Arc::new(AtomicUsize::new(0)),
+            reads: Arc::new(tokio::sync::Semaphore::new(LIVE_READS_CONCURRENT_MAX)),
+            fetches: Arc::new(tokio::sync::Semaphore::new(fetch_workers.max(1))),
+            spec_bytes_max,
+            probing: Default::default(),
+        }
+    }
+}
+
+/// The core and what the loop keeps around it.
+pub struct Agent {
+    pub state: State,
+    pub ctx: Ctx,
+    pub shared: Arc<http::Shared>,
+    pub recorder: Option<std::io::BufWriter<std::fs::File>>,
+    /// Aborted at shutdown: no new watch events once SIGTERM is in.
+    pub watchers: Vec<tokio::task::AbortHandle>,
+}
+
+/// The loop's receiving ends.
+pub struct Inbox {
+    pub watch: mpsc::Receiver<Input>,
+    pub outcomes: mpsc::UnboundedReceiver<Input>,
+}
+
+impl Agent {
+    /// Run until shutdown (`stop` resolves) has finished its in-flight work, or its grace is out,
+    /// or every input source has closed.
+    pub async fn drive(&mut self, inbox: &mut Inbox, stop: impl std::future::Future<Output = ()>) {
+        let mut stop = std::pin::pin!(stop);
+        let mut shutdown_at: Option<tokio::time::Instant> = None;
+        let mut last_status = tokio::time::Instant::now() - STATUS_INTERVAL;
+        let mut watch_open = true;
+        loop {
+            let wake = Duration::from_millis(self.wake_ms());
+            let input = tokio::select! {
+                biased;
+                _ = &mut stop, if shutdown_at.is_none() => Input::Shutdown,
+                Some(done) = inbox.outcomes.recv() => done,
+                received = inbox.watch.recv(), if watch_open => match received {
+                    Some(input) => input,
+                    None => {
+                        watch_open = false;
+                        continue;
+                    }
+                },
+                _ = tokio::time::sleep(wake) => Input::Tick,
+            };
+            if input == Input::Shutdown {
+                info!("shutdown requested: no new destructive effect; finishing in-flight work");
+                shutdown_at = Some(tokio::time::Instant::now());
+                self.watchers.iter().for_each(tokio::task::AbortHandle::abort);
+            }
+            self.step(input);
+            if last_status.elapsed() >= STATUS_INTERVAL {
+                last_status = tokio::time::Instant::now();
+                self.publish_status();
+            }
+            if shutdown_at.is_some_and(|at| self.shutdown_done(at)) {
+                break;
+            }
+        }
+        self.publish_status();
+    }
+
+    fn now(&self) -> Instant {
+        Instant(self.shared.epoch.elapsed().as_millis() as u64)
+    }
+
+    fn wake_ms(&self) -> u64 {
+        let now_ms = self.now().as_ms();
+        self.state.next_deadline().map_or(LOOP_WAKE_MS_MAX, |d| d.as_ms().saturating_sub(now_ms).min(LOOP_WAKE_MS_MAX))
+    }
+
+    /// One input through the core; its effects leave at once, none is waited for.
+    pub fn step(&mut self, input: Input) {
+        let now = self.now();
+        let output = self.state.handle(now, input.clone());
+        if let Some(w) = &mut self.recorder
+            && let Err(e) = writeln!(w, "{}", trace::step_line(now, &input, &output))
+        {
+            warn!(error = %e, "--record-trace: writing failed; recording stops");
+            self.recorder = None;
+        }
+        output.notes.iter().for_each(log_note);
+        for effect in output.effects {
+            dispatch(&self.ctx, effect);
+        }
+        self.shared.beat();
+    }
+
+    fn shutdown_done(&self, at: tokio::time::Instant) -> bool {
+        let inflight = self.ctx.inflight.load(Ordering::SeqCst);
+        if inflight > 0 && at.elapsed() >= SHUTDOWN_GRACE {
+            warn!(in_flight = inflight, "abandoning in-flight work at the shutdown deadline");
+        }
+        inflight == 0 || at.elapsed() >= SHUTDOWN_GRACE
+    }
+
+    fn publish_status(&mut self) {
+        let now = self.now();
+        let (state, shared, metrics) = (&self.state, &self.shared, &self.ctx.metrics);
+        let readiness = state.readiness();
+        let was_ready = shared.readiness.read().expect("readiness lock").ready;
+        // Once ready, and then every minute (relists parse every object again).
+        let minute = now.as_ms() / 60_000 != now.as_ms().saturating_sub(500) / 60_000;
+        if readiness.ready && (!was_ready || minute) {
+            release_freed_memory();
+        }
+        metrics.retain_models(|key| state.knows(key));
+        let (pending, oldest) = state.pending_confirmations();
+        *metrics.core.lock().expect("metrics lock") = CoreGauges {
+            stats: state.stats().clone(),
+            pending_confirmations: pending,
+            oldest_pending_seconds: oldest.map_or(0.0, |o| now.ms_since(o) as f64 / 1000.0),
+            models: state.model_count(),
+            root_writable: state.root().map(|r| r.writable),
+            ready: readiness.ready,
+        };
+        *shared.readiness.write().expect("readiness lock") = readiness;
+        if let Some(w) = &mut self.recorder {
+            let _ = w.flush();
+        }
+    }
+}
+
+/// The first lists parse every model object in full and keep only a lean copy; glibc keeps the
+/// freed pages. Give them back once the agent is ready and every minute after, so that its
+/// resident size stays near what it holds (see README, memory).
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free heap pages to the OS; it has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Start executing one effect; its outcome comes back to the core on the outcomes queue. Never
+/// waits: a write is queued for the writer, everything else runs on a task of its own.
+fn dispatch(ctx: &Ctx, Effect { id, op }: Effect) {
+    match op {
+        Op::Publish { label_key, label, cm_key, entry, .. } => {
+            queue_write(ctx, Write::Publish { id, label_key, label, cm_key, entry: entry.to_json() })
+        }
+        Op::Unpublish { uid, label_key, remove_label, cm_key, .. } => {
+            let uid = uid.as_str().to_string();
+            queue_write(ctx, Write::Unpublish { id, label_key, remove_label, cm_key, uid })
+        }
+        Op::RemoveOrphanLabel { label_key } => queue_write(ctx, Write::OrphanLabel { id, label_key }),
+        Op::RemoveOrphanEntry { cm_key, uid } => {
+            queue_write(ctx, Write::OrphanEntry { id, cm_key, uid: uid.map(|u| u.as_str().to_string()) })
+        }
+        Op::LiveGet { key } => spawn(ctx, async move |c: Ctx| {
+            let _permit = c.reads.acquire().await;
+            Some(Input::LiveRead { id, result: kubeio::live_get(&c.client, &key, c.spec_bytes_max).await })
+        }),
+        Op::LiveGetNode => spawn(ctx, async move |c: Ctx| {
+            let _permit = c.reads.acquire().await;
+            Some(Input::NodeRead { id, result: kubeio::live_get_node(&c.client, &c.node).await })
+        }),
+        Op::LiveList { kind } => spawn(ctx, async move |c: Ctx| {
+            let _permit = c.reads.acquire().await;
+            Some(Input::LiveList { id, result: kubeio::live_list(&c.client, kind, c.spec_bytes_max).await })
+        }),
+        Op::VerifyLocal { key, path, .. } => spawn(ctx, async move |c: Ctx| {
+            let _permit = c.fetches.acquire().await;
+            let p = PathBuf::from(&path);
+            let what = format!("verifying {path}");
+            let result =
+                c.fs.call(&what, fsgate::VERIFY_DEADLINE, move || fsops::verify_local(&p)).await.and_then(|r| r);
+            c.metrics.model_outcome(&key, result.is_ok());
+            Some(Input::EffectDone { id, outcome: outcome(result) })
+        }),
+        Op::Download { key, storage_uri, .. } => spawn(ctx, async move |c: Ctx| {
+            // No downloader for any scheme is built in yet: say so plainly (the model is Failed
+            // with this reason and retried with backoff), never pretend.
+            c.metrics.model_outcome(&key, false);
+            let reason = format!("downloading {storage_uri} is not supported by this build of model-agent");
+            Some(Input::EffectDone { id, outcome: Outcome::Failed(reason) })
+        }),
+        Op::TrashDir { uid, path, trash_name, .. } => spawn(ctx, async move |c: Ctx| {
+            let root = c.root.clone();
+            let what = format!("moving {path} to the trash");
+            let work = move || fsops::trash_dir(&root, &path, &uid, &trash_name);
+            let result = c.fs.call(&what, fsgate::TRASH_DEADLINE, work).await.and_then(|r| r);
+            Some(Input::EffectDone { id, outcome: outcome(result) })
+        }),
+        Op::PurgeTrash { name } => spawn(ctx, async move |c: Ctx| {
+            let root = c.root.clone();
+            let what = format!("purging trash entry {name}");
+            let result = c.fs.call(&what, fsgate::PURGE_DEADLINE, move || fsops::purge_trash(&root, &name)).await;
+            Some(Input::EffectDone { id, outcome: outcome(result.and_then(|r| r)) })
+        }),
+        Op::ProbeRoot => spawn(ctx, async move |c: Ctx| Some(Input::RootProbed { id, probe: probe_root(&c).await })),
+        Op::Snapshot => {
+            spawn(ctx, async move |c: Ctx| snapshot(&c).await.map(|snapshot| Input::DriftObserved { id, snapshot }))
+        }
+    }
+}
+
+/// The writer takes it in its next batch. Its queue closes only after the loop has stopped; if
+/// the writer ever stopped early, the write fails and the core retries it with backoff.
+fn queue_write(ctx: &Ctx, write: Write) {
+    let id = write.id();
+    if ctx.writes.send(write).is_err() {
+        let outcome = Outcome::Failed("the writer has stopped".into());
+        let _ = ctx.outcomes.send(Input::EffectDone { id, outcome });
+    }
+}
+
+/// The API part and the disk part of a drift snapshot; none when either fails (the next period
+/// asks again).
+async fn snapshot(c: &Ctx) -> Option<model_agent_core::machine::DriftSnapshot> {
+    let mut snapshot = match kubeio::snapshot_api(&c.client, &c.node, &c.namespace).await {
+        Ok(s) => s,
+        Err(e) => {
+            warn!(error = %e, "drift snapshot failed; the next period asks again");
+            return None;
+        }
+    };
+    let root = c.root.clone();
+    let scanned = c.fs.call("scanning the models root", fsgate::TRASH_DEADLINE, move || fsops::scan(&root)).await;
+    let (owned, trash) = match scanned {
+        Ok(found) => found,
+        Err(e) => {
+            warn!(error = %e, "drift snapshot failed; the next period asks again");
+            return None;
+        }
+    };
+    snapshot.owned_dirs = owned;
+    snapshot.trash = trash;
+    Some(snapshot)
+}
+
+/// Probe the models root, at most one probe at a time: while an earlier probe is stuck in the
+/// kernel, the answer is at once that the root has not answered.
+async fn probe_root(c: &Ctx) -> RootProbe {
+    if c.probing.swap(true, Ordering::SeqCst) {
+        return RootProbe::unanswered(format!(
+            "did not answer within {}: an earlier probe has not returned",
+            fsgate::duration_text(fsgate::PROBE_DEADLINE)
+        ));
+    }
+    // Cleared when the probe returns, or when the gate drops it unrun.
+    let (root, probing) = (c.root.clone(), ClearOnDrop(c.probing.clone()));
+    let work = move || {
+        let _probing = probing;
+        fsops::probe_root(&root)
+    };
+    match c.fs.call("probing the models root", fsgate::PROBE_DEADLINE, work).await {
+        Ok(probe) => probe,
+        Err(e) => {
+            warn!(error = %e, "models root probe failed");
+            RootProbe::unanswered(format!("did not answer within {}", fsgate::duration_text(fsgate::PROBE_DEADLINE)))
+        }
+    }
+}
+
+struct ClearOnDrop(Arc<AtomicBool>);
+
+impl Drop for ClearOnDrop {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
+fn outcome(result: Result<(), String>) -> Outcome {
+    match result {
+        Ok(()) => Outcome::Done,
+        Err(e) => Outcome::Failed(e),
+    }
+}
+
+/// Run one effect's work in a task, counted as in flight until its input is queued.
+fn spawn<F>(ctx: &Ctx, work: impl FnOnce(Ctx) -> F + Send + 'static)
+where
+    F: std::future::Future<Output = Option<Input>> + Send + 'static,
+{
+    let c = ctx.clone();
+    c.inflight.fetch_add(1, Ordering::SeqCst);
+    tokio::spawn(async move {
+        let (outcomes, inflight) = (c.outcomes.clone(), c.inflight.clone());
+        c.metrics.inc(&c.metrics.effects_executed);
+        if let Some(input) = work(c).await {
+            let _ = outcomes.send(input);
+        }
+        inflight.fetch_sub(1, Ordering::SeqCst);
+    });
+}
+
+fn log_note(note: &Note) {
+    match note {
+        Note::PhantomSuppressed { key, uid, cause } => {
+            warn!(model = %key, uid = %uid, cause = ?cause, "phantom delete suppressed: a live read shows the model alive")
+        }
+        Note::DeleteConfirmed { key, uid, confirmation } => {
+            info!(model = %key, uid = %uid, confirmation = ?confirmation, "deletion confirmed; cleaning up this node")
+        }
+        Note::ModelFailed { key, uid, reason } => {
+            warn!(model = %key, uid = %uid, reason = %reason, "model failed on this node")
+        }
+        Note::ReadFailed { key, kind, reason, retry_in_ms } => {
+            warn!(model = ?key, kind = %kind, reason = %reason, retry_in_ms, "live read failed; the candidate stays pending")
+        }
+        Note::EffectFailed { id, reason, retry_in_ms } => {
+            warn!(effect = ?id, reason = %reason, retry_in_ms, "effect failed; retrying")
+        }
+        Note::BreakerTripped { candidates, placed, until } => {
+            warn!(
+                candidates,
+                placed,
+                hold_until_ms = until.as_ms(),
+                "blast-radius breaker tripped: destructive decisions held"
+            )
+        }
+        Note::BreakerHeld { key, uid, until } => {
+            info!(model = %key, uid = %uid, hold_until_ms = until.as_ms(), "withdrawal or cleanup held by the breaker; read again after the hold")
+        }
+        Note::NodeReadFailed { reason, retry_in_ms } => {
+            warn!(reason = %reason, retry_in_ms, "live read of this Node failed; placement exits wait")
+        }
+        Note::ExitCancelled { key, uid } => {
+            info!(model = %key, uid = %uid, "placement exit cancelled: the live Node still places the model here")
+        }
+        Note::NodeLabelsVanished { vanished, had, until } => {
+            warn!(
+                vanished,
+                had,
+                hold_until_ms = until.as_ms(),
+                "most of this Node's labels vanished at once: destructive decisions held"
+            )
+        }
+        Note::KeyCollision { key, uid, owner } => {
+            let reason = model_agent_core::machine::collision_reason(key, owner);
+            warn!(model = %key, uid = %uid, owner = %owner, reason = %reason, "model failed on this node: its label key collides")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use model_agent_core::machine::{Config, WatchEvent};
+    use model_agent_core::model::ModelSpec;
+    use model_agent_core::placement::NodeView;
+    use model_agent_core::{Kind, ModelKey, ModelObject, Uid};
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    use std::sync::atomic::AtomicU64;
+
+    const MODELS: usize = 20_000;
+    /// How long a stage of the test waits for the agent before it goes on anyway (a stalled agent
+    /// then shows as a timeout of the whole test, not as a hang).
+    const STAGE_WAIT: Duration = Duration::from_secs(60);
+
+    fn model(root: &str, i: usize, resource_version: &str) -> ModelObject {
+        let name = format!("m-{i}");
+        ModelObject {
+            key: ModelKey::cluster(&name),
+            uid: Uid::new(&format!("uid-{i}")),
+            resource_version: Arc::from(resource_version),
+            created: Arc::from(""),
+            deleting: false,
+            spec: Ok(Arc::new(ModelSpec::simple(&format!("local://{root}/{name}"), None))),
+        }
+    }
+
+    async fn wait_until(what: impl Fn() -> bool) {
+        let started = tokio::time::Instant::now();
+        while !what() && started.elapsed() < STAGE_WAIT {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The watchers: both kinds listed with 20,000 placed `local://` models, then (once most of
+    /// their writes are queued and the writer is stalled) 20,000 more watch events, twice the
+    /// watch queue: with the loop waiting on the writer this backlog would never drain.
+    async fn feed(tx: mpsc::Sender<Input>, root: String, writes_queued: Arc<AtomicU64>, fed: Arc<AtomicBool>) {
+        let send = async |input: Input| tx.send(input).await.expect("the loop is gone");
+        send(Input::NodeObserved(NodeView { name: "node-1".into(), labels: Default::default() })).await;
+        send(Input::Watch { kind: Kind::BaseModel, event: WatchEvent::RelistStarted }).await;
+        send(Input::Watch { kind: Kind::BaseModel, event: WatchEvent::RelistDone }).await;
+        let kind = Kind::ClusterBaseModel;
+        send(Input::Watch { kind, event: WatchEvent::RelistStarted }).await;
+        for i in 0..MODELS {
+            send(Input::Watch { kind, event: WatchEvent::RelistItem(model(&root, i, "1")) }).await;
+        }
+        send(Input::Watch { kind, event: WatchEvent::RelistDone }).await;
+        wait_until(|| writes_queued.load(Ordering::SeqCst) as usize > WATCH_QUEUE_MAX).await;
+        for i in 0..MODELS {
+            send(Input::Watch { kind, event: WatchEvent::Applied(model(&root, i, "2")) }).await;
+        }
+        fed.store(true, Ordering::SeqCst);
+    }
+
+    /// Counts the writes the loop queues on their way to the writer.
+    async fn count_writes(
+        mut from: mpsc::UnboundedReceiver<Write>,
+        to: mpsc::UnboundedSender<Write>,
+        queued: Arc<AtomicU64>,
+    ) {
+        while let Some(w) = from.recv().await {
+            queued.fetch_add(1, Ordering::SeqCst);
+            let _ = to.send(w);
+        }
+    }
+
+    fn models_root() -> PathBuf {
+        let root = std::env::temp_dir().join(format!("model-agent-loop-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for i in 0..MODELS {
+            std::fs::create_dir_all(root.join(format!("m-{i}"))).unwrap();
+        }
+        root
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn twenty_thousand_placed_models_and_a_watch_backlog_never_stall_the_loop_or_the_writer() {
+        let root = models_root();
+        let root_text = root.to_str().unwrap().to_string();
+        let q = Queues::new(WATCH_QUEUE_MAX);
+        let (to_writer, writer_rx) = mpsc::unbounded_channel();
+        let (writes_queued, fed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
+        tokio::spawn(count_writes(q.writes_rx, to_writer, writes_queued.clone()));
+        // The API seam: the writer's first batch waits until the watch backlog is all sent, as a
+        // slow API server would; then every batch lands. Labels written are recorded.
+        let labelled = Arc::new(Mutex::new(HashSet::new()));
+        let (labelled_in, fed_in, batches) = (labelled.clone(), fed.clone(), Arc::new(AtomicU64::new(0)));
+        let apply = move |batch: Vec<Write>| {
+            let (labelled, fed, batches) = (labelled_in.clone(), fed_in.clone(), batches.clone());
+            async move {
+                if batches.fetch_add(1, Ordering::SeqCst) == 0 {
+                    wait_until(|| fed.load(Ordering::SeqCst)).await;
+                }
+                for w in batch {
+                    if let Write::Publish { label_key, label: Some(_), .. } = w {
+                        labelled.lock().unwrap().insert(label_key);
+                    }
+                }
+                Ok(())
+            }
+        };
+        let metrics = Arc::new(Metrics::default());
+        tokio::spawn(kubeio::writer(writer_rx, q.outcomes_tx.clone(), metrics.clone(), apply));
+        tokio::spawn(feed(q.watch_tx.clone(), root_text.clone(), writes_queued.clone(), fed.clone()));
+
+        let client = Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+        let place = (client, "node-1".to_string(), "ome".to_string(), root.clone());
+        let ctx = Ctx::new(place, q.outcomes_tx, q.writes_tx, metrics.clone(), (5, 64 * 1024));
+        let state = State::new(Config::new("node-1", &root_text));
+        let shared = Arc::new(http::Shared {
+            readiness: std::sync::RwLock::new(state.readiness()),
+            heartbeat_ms: Default::default(),
+            epoch: std::time::Instant::now(),
+            stall_ms_max: 30_000,
+            metrics,
+        });
+        let mut agent = Agent { state, ctx, shared, recorder: None, watchers: Vec::new() };
+        let mut inbox = Inbox { watch: q.watch_rx, outcomes: q.outcomes_rx };
+        let all_labelled = labelled.clone();
+        let stop = async move { wait_until(|| all_labelled.lock().unwrap().len() == MODELS).await };
+        let driven = tokio::time::timeout(Duration::from_secs(300), agent.drive(&mut inbox, stop)).await;
+
+        assert!(driven.is_ok(), "the loop stalled: {} writes queued", writes_queued.load(Ordering::SeqCst));
+        assert!(fed.load(Ordering::SeqCst), "the watch backlog never drained while the writer was stalled");
+        assert!(
+            writes_queued.load(Ordering::SeqCst) as usize > WATCH_QUEUE_MAX,
+            "more writes queued than the watch queue holds"
+        );
+        assert_eq!(labelled.lock().unwrap().len(), MODELS, "every placed model is labelled");
+        assert!(agent.state.readiness().ready, "{:?}", agent.state.readiness());
+        assert_eq!(agent.ctx.inflight.load(Ordering::SeqCst), 0, "shutdown waited for the work in flight");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}
