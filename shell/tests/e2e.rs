@@ -126,13 +126,18 @@ struct Agent {
 
 impl Agent {
     fn start(node: &str, root: &Path, extra: &[&str]) -> Agent {
+        Agent::start_as(&var("AGENT_KUBECONFIG"), node, root, extra)
+    }
+
+    /// The agent under another kubeconfig (t10: impersonation with the node-name extra).
+    fn start_as(kubeconfig: &str, node: &str, root: &Path, extra: &[&str]) -> Agent {
         let dir = std::env::temp_dir().join(format!("model-agent-e2e-{node}"));
         std::fs::create_dir_all(&dir).unwrap();
         let (trace, log) = (dir.join("trace.jsonl"), dir.join("agent.log"));
         let port = free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_model-agent"))
             .env("NODE_NAME", node)
-            .args(["--kubeconfig", &var("AGENT_KUBECONFIG"), "--models-root-dir", root.to_str().unwrap()])
+            .args(["--kubeconfig", kubeconfig, "--models-root-dir", root.to_str().unwrap()])
             .args(["--port", &port.to_string(), "--record-trace", trace.to_str().unwrap(), "--log-level", "debug"])
             .args(extra)
             .stdout(std::fs::File::create(&log).unwrap())
@@ -825,3 +830,6 @@ fn t9_memory_under_huge_objects() {
     kubectl(&["delete", "namespace", "e2e-mem", "--wait=false"]);
     kubectl(&["delete", "clusterbasemodel", "-l", "e2e-mem=true", "--wait=false"]);
 }
+
+#[path = "e2e/admission.rs"]
+mod admission;
