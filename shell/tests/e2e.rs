@@ -126,13 +126,23 @@ struct Agent {
 
 impl Agent {
     fn start(node: &str, root: &Path, extra: &[&str]) -> Agent {
-        let dir = std::env::temp_dir().join(format!("model-agent-e2e-{node}"));
+        Agent::start_as(&var("AGENT_KUBECONFIG"), node, root, extra)
+    }
+
+    /// The agent under another kubeconfig (t10: impersonation with the node-name extra).
+    fn start_as(kubeconfig: &str, node: &str, root: &Path, extra: &[&str]) -> Agent {
+        Agent::launch(Command::new(env!("CARGO_BIN_EXE_model-agent")), kubeconfig, node, root, extra)
+    }
+
+    /// `command` runs the agent binary (t13: under setpriv, as another uid).
+    fn launch(mut command: Command, kubeconfig: &str, node: &str, root: &Path, extra: &[&str]) -> Agent {
+        let dir = Agent::scratch_dir(node);
         std::fs::create_dir_all(&dir).unwrap();
         let (trace, log) = (dir.join("trace.jsonl"), dir.join("agent.log"));
         let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_model-agent"))
+        let child = command
             .env("NODE_NAME", node)
-            .args(["--kubeconfig", &var("AGENT_KUBECONFIG"), "--models-root-dir", root.to_str().unwrap()])
+            .args(["--kubeconfig", kubeconfig, "--models-root-dir", root.to_str().unwrap()])
             .args(["--port", &port.to_string(), "--record-trace", trace.to_str().unwrap(), "--log-level", "debug"])
             .args(extra)
             .stdout(std::fs::File::create(&log).unwrap())
@@ -142,6 +152,11 @@ impl Agent {
         let agent = Agent { child, port, trace, log };
         wait_until("the agent's HTTP server", Duration::from_secs(20), || agent.get("/livez").0 == 200);
         agent
+    }
+
+    /// Where the agent's trace and log go.
+    fn scratch_dir(node: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("model-agent-e2e-{node}"))
     }
 
     /// (status, body) of a GET on the agent's port; (0, error) when it does not answer.
@@ -825,3 +840,12 @@ fn t9_memory_under_huge_objects() {
     kubectl(&["delete", "namespace", "e2e-mem", "--wait=false"]);
     kubectl(&["delete", "clusterbasemodel", "-l", "e2e-mem=true", "--wait=false"]);
 }
+
+#[path = "e2e/admission.rs"]
+mod admission;
+
+#[path = "e2e/pod_security.rs"]
+mod pod_security;
+
+#[path = "e2e/non_root.rs"]
+mod non_root;
