@@ -57,7 +57,16 @@ impl Breaker {
 
     /// Count `candidates` new candidates at `now`, of `placed` models placed here; trip when
     /// the window's count crosses both thresholds.
-    pub fn count(&mut self, config: &Config, now: Instant, candidates: u32, placed: u32) -> Count {
+    /// `placed` is asked only when `placed_at_most` (an upper bound, e.g. the records kept) could
+    /// trip it: it costs O(models), and most steps with a candidate are nowhere near tripping.
+    pub fn count(
+        &mut self,
+        config: &Config,
+        now: Instant,
+        candidates: u32,
+        placed_at_most: u32,
+        placed: impl FnOnce() -> u32,
+    ) -> Count {
         if candidates == 0 {
             return Count::Quiet;
         }
@@ -68,8 +77,9 @@ impl Breaker {
         }
         slot.1 = slot.1.saturating_add(candidates);
         let count = self.in_window(config, now);
-        let tripped = count >= config.breaker_models_min
-            && u64::from(count) * 100 > u64::from(config.breaker_percent) * u64::from(placed);
+        let exceeds = |placed: u32| u64::from(count) * 100 > u64::from(config.breaker_percent) * u64::from(placed);
+        // `exceeds` only falls as `placed` grows, so the bound is checked first, exactly.
+        let tripped = count >= config.breaker_models_min && exceeds(placed_at_most) && exceeds(placed());
         if !tripped {
             return Count::Quiet;
         }
@@ -110,12 +120,12 @@ mod tests {
         let c = config();
         let mut b = Breaker::default();
         // 4 of 8 is 50 % but under the minimum of 5.
-        assert_eq!(b.count(&c, Instant(0), 4, 8), Count::Quiet);
+        assert_eq!(b.count(&c, Instant(0), 4, 8, || 8), Count::Quiet);
         // 5 of 20 is exactly 25 %: not more than 25 %.
         let mut b2 = Breaker::default();
-        assert_eq!(b2.count(&c, Instant(0), 5, 20), Count::Quiet);
+        assert_eq!(b2.count(&c, Instant(0), 5, 20, || 20), Count::Quiet);
         // 5 of 8 trips, holding for 5 minutes.
-        assert_eq!(b.count(&c, Instant(1000), 1, 8), Count::Tripped { candidates: 5, until: Instant(301_000) });
+        assert_eq!(b.count(&c, Instant(1000), 1, 8, || 8), Count::Tripped { candidates: 5, until: Instant(301_000) });
         assert_eq!(b.holds(Instant(300_999)), Some(Instant(301_000)));
         assert_eq!(b.holds(Instant(301_000)), None);
     }
@@ -131,12 +141,27 @@ mod tests {
     }
 
     #[test]
+    fn placed_is_counted_only_when_the_bound_could_trip() {
+        let c = config();
+        let mut b = Breaker::default();
+        let never = || -> u32 { panic!("placed must not be counted: 5 of at most 1,000 cannot trip") };
+        assert_eq!(b.count(&c, Instant(0), 5, 1_000, never), Count::Quiet);
+        let mut asked = false;
+        let counted = b.count(&c, Instant(0), 5, 12, || {
+            asked = true;
+            8
+        });
+        assert!(asked, "10 of at most 12 could trip: the real count decides");
+        assert!(matches!(counted, Count::Tripped { candidates: 10, .. }), "{counted:?}");
+    }
+
+    #[test]
     fn the_window_forgets_old_candidates() {
         let c = config();
         let mut b = Breaker::default();
-        b.count(&c, Instant(0), 4, 10);
+        b.count(&c, Instant(0), 4, 10, || 10);
         assert_eq!(b.in_window(&c, Instant(59_000)), 4);
         assert_eq!(b.in_window(&c, Instant(61_000)), 0);
-        assert_eq!(b.count(&c, Instant(61_000), 4, 10), Count::Quiet);
+        assert_eq!(b.count(&c, Instant(61_000), 4, 10, || 10), Count::Quiet);
     }
 }

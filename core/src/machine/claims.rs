@@ -59,20 +59,22 @@ fn hashes(key: &ModelKey) -> [u64; 2] {
     WireKeys::of(key).hashes()
 }
 
-/// The untruncated model keys whose entry key could be `cm_key`-shaped `text`: a
-/// ClusterBaseModel after `clusterbasemodel.`, and a BaseModel at every `.basemodel.` split.
-fn preimages(text: &str) -> Vec<ModelKey> {
-    let mut out = Vec::new();
-    if let Some(name) = text.strip_prefix("clusterbasemodel.").filter(|n| !n.is_empty()) {
+/// The untruncated model keys other than `key` whose entry key could be `cm_key`-shaped `text`:
+/// a ClusterBaseModel after `clusterbasemodel.`, and a BaseModel at every `.basemodel.` split.
+/// `key`'s own reading (nearly always the only one) is skipped without being built.
+fn preimages_besides(text: &str, key: &ModelKey, out: &mut Vec<ModelKey>) {
+    let is_key = |kind: Kind, ns: &str, name: &str| key.kind == kind && &*key.namespace == ns && &*key.name == name;
+    if let Some(name) = text.strip_prefix("clusterbasemodel.").filter(|n| !n.is_empty())
+        && !is_key(Kind::ClusterBaseModel, "", name)
+    {
         out.push(ModelKey::cluster(name));
     }
     for (at, _) in text.match_indices(".basemodel.") {
         let (ns, name) = (&text[..at], &text[at + ".basemodel.".len()..]);
-        if !ns.is_empty() && !name.is_empty() {
+        if !ns.is_empty() && !name.is_empty() && !is_key(Kind::BaseModel, ns, name) {
             out.push(ModelKey::namespaced(ns, name));
         }
     }
-    out
 }
 
 impl Claims {
@@ -114,11 +116,12 @@ impl Claims {
         let mine = WireKeys::of(key);
         let collides = |k: &ModelKey| k != key && mine.shared_with(k);
         let label_suffix = mine.label.strip_prefix(wire::LABEL_DOMAIN).and_then(|r| r.strip_prefix('/')).unwrap_or("");
-        let mut out: Vec<ModelKey> = preimages(label_suffix)
-            .into_iter()
-            .chain(preimages(&mine.cm))
-            .filter(|k| slots.contains_key(k) && collides(k))
-            .collect();
+        let mut out = Vec::new();
+        preimages_besides(label_suffix, key, &mut out);
+        if label_suffix != mine.cm {
+            preimages_besides(&mine.cm, key, &mut out);
+        }
+        out.retain(|k| slots.contains_key(k) && collides(k));
         // Only models with truncated keys are indexed: usually none.
         if !self.truncated.is_empty() {
             for h in mine.hashes() {

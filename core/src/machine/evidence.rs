@@ -13,17 +13,14 @@ impl State {
         if candidates == 0 {
             return;
         }
-        let placed = self.placed_here();
-        if let Count::Tripped { candidates, until } = self.breaker.count(&self.config, st.now, candidates, placed) {
+        let records = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
+        let mut placed = None;
+        let counted =
+            self.breaker.count(&self.config, st.now, candidates, records, || *placed.insert(placed_here(&self.slots)));
+        if let Count::Tripped { candidates, until } = counted {
+            let placed = placed.expect("a trip asks how many are placed");
             st.notes.push(Note::BreakerTripped { candidates, placed, until });
         }
-    }
-
-    /// Current incarnations with something on this node. O(models), only in steps that made
-    /// candidates.
-    fn placed_here(&self) -> u32 {
-        let placed = self.slots.values().filter(|s| s.current.as_ref().is_some_and(Incarnation::something_here));
-        u32::try_from(placed.count()).unwrap_or(u32::MAX)
     }
 
     /// Take this step's destructive decisions, each through the breaker's gate.
@@ -188,4 +185,11 @@ pub(super) fn decide_exit(
         }
     }
     false
+}
+
+/// Current incarnations with something on this node. O(models): asked only when the breaker's
+/// count could trip.
+fn placed_here(slots: &Map<ModelKey, Arc<Slot>>) -> u32 {
+    let placed = slots.values().filter(|s| s.current.as_ref().is_some_and(Incarnation::something_here));
+    u32::try_from(placed.count()).unwrap_or(u32::MAX)
 }
