@@ -50,6 +50,13 @@ pub struct StoredEntry {
     pub uid: Option<String>,
 }
 
+/// The simulated ConfigMap is changed by the same rule as the shell's (`wire::apply_entry_writes`).
+impl wire::EntryValue for StoredEntry {
+    fn owner(&self) -> wire::EntryOwner {
+        self.uid.clone().map_or(wire::EntryOwner::Anonymous, wire::EntryOwner::Uid)
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Api {
     pub rv: u64,

@@ -14,7 +14,7 @@ use model_agent_core::machine::{
 use model_agent_core::placement::NodeView;
 use model_agent_core::prng::Prng;
 use model_agent_core::trace::Recorder;
-use model_agent_core::wire::{self, ModelStatus};
+use model_agent_core::wire::{self, EntryWrite, ModelStatus};
 use model_agent_core::{Instant, Kind, ModelKey, ModelSpec, State, Uid};
 use serde::Serialize;
 
@@ -531,8 +531,8 @@ impl World {
                     self.api.labels[node].insert(label_key.clone(), status.as_str().to_string());
                     self.label_writer.insert((node, label_key.clone()), uid.as_str().to_string());
                 }
-                self.api.entries[node]
-                    .insert(cm_key.clone(), StoredEntry { status: entry.status, uid: entry.uid.clone() });
+                let value = StoredEntry { status: entry.status, uid: entry.uid.clone() };
+                wire::apply_entry_writes(&mut self.api.entries[node], &[EntryWrite::Put { cm_key: cm_key.clone(), value }]);
                 self.published_ever.insert((node, uid.as_str().to_string()));
                 Some(Input::EffectDone { id, outcome: model_agent_core::machine::Outcome::Done })
             }
@@ -544,11 +544,9 @@ impl World {
                 if *remove_label && self.api.labels[node].remove(label_key).is_some() {
                     self.removed_label(node, label_key);
                 }
-                let owned = self.api.entries[node]
-                    .get(cm_key)
-                    .is_some_and(|e| e.uid.as_deref().is_none_or(|u| u == uid.as_str()));
-                if owned {
-                    self.api.entries[node].remove(cm_key);
+                let withdraw = EntryWrite::Withdraw { cm_key: cm_key.clone(), uid: uid.as_str().to_string() };
+                let (_, removed) = wire::apply_entry_writes(&mut self.api.entries[node], &[withdraw]);
+                if !removed.is_empty() {
                     self.removed_entry(node, uid.as_str(), cm_key);
                     if let Some(change) = self.api.controller_check(key) {
                         self.fanout(change);
@@ -624,11 +622,11 @@ impl World {
                 if down {
                     return Some(unavailable());
                 }
-                let seen = uid.as_ref().map(|u| u.as_str());
-                let matches = self.api.entries[node].get(cm_key).is_some_and(|e| e.uid.as_deref() == seen);
-                if matches {
-                    self.api.entries[node].remove(cm_key);
-                    self.removed_entry(node, seen.unwrap_or(""), cm_key);
+                let seen_uid = uid.as_ref().map(|u| u.as_str().to_string());
+                let sweep = EntryWrite::RemoveOrphan { cm_key: cm_key.clone(), seen_uid: seen_uid.clone() };
+                let (_, removed) = wire::apply_entry_writes(&mut self.api.entries[node], &[sweep]);
+                if !removed.is_empty() {
+                    self.removed_entry(node, seen_uid.as_deref().unwrap_or(""), cm_key);
                 }
                 Some(done(id))
             }
