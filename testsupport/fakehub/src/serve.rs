@@ -16,6 +16,9 @@ use crate::content::{CHUNK_BYTES, Content};
 use crate::faults::BodyPlan;
 use crate::model::HubFile;
 
+/// How long a failing body waits so that the bytes before the failure reach the client.
+const FLUSH_BEFORE_CLOSE_MS: u64 = 100;
+
 /// What a `Range` header asks of a file of a given size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RangeRequest {
@@ -116,6 +119,8 @@ impl BodyState {
                 tokio::time::sleep(Duration::from_millis(stall_ms)).await;
                 return Err(io::Error::other("fakehub: stalled body, closing"));
             }
+            // hyper drops what it still buffers when the body fails: let it flush what was sent first.
+            tokio::time::sleep(Duration::from_millis(FLUSH_BEFORE_CLOSE_MS)).await;
             return Err(io::Error::other("fakehub: truncated body, closing"));
         }
         let len = (CHUNK_BYTES as u64).min(self.end - self.pos).min(self.bytes_before_fault()) as usize;
