@@ -1,10 +1,12 @@
 //! A file's bytes: inline, a deterministic generated pattern, or a file on disk. Always read in bounded
 //! chunks, so a multi-GiB fixture is never held in memory; hashes are computed streaming.
 
+use std::collections::HashMap;
 use std::fs::File as StdFile;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
+use std::sync::{LazyLock, Mutex};
 
 use axum::body::Bytes;
 use sha1::Sha1;
@@ -139,6 +141,73 @@ pub fn digests(content: &Content, lfs: bool) -> io::Result<Digests> {
     Ok(Digests { git_oid: hex(&hasher.finalize()), lfs: None })
 }
 
+/// Bump when `pattern_bytes` changes: it keys the digest cache.
+const PATTERN_VERSION: u32 = 1;
+/// Generated contents at least this large keep their digests in a file under the temp dir: sha256 runs at
+/// about 25 MB/s in a debug build, and a test binary starts many servers with the same fixtures.
+const DISK_CACHE_FROM_BYTES: u64 = 8 << 20;
+const MEMORY_CACHE_ENTRIES_MAX: usize = 10_000;
+
+static DIGEST_CACHE: LazyLock<Mutex<HashMap<String, Digests>>> = LazyLock::new(Default::default);
+
+/// [`digests`], remembered for generated contents (a pure function of seed and size): in memory, and on
+/// disk for large ones.
+pub(crate) fn cached_digests(content: &Content, lfs: bool) -> io::Result<Digests> {
+    let Content::Pattern { size_bytes, seed } = content else { return digests(content, lfs) };
+    let key = format!("v{PATTERN_VERSION}-{seed:016x}-{size_bytes}-{}", if lfs { "lfs" } else { "git" });
+    if let Some(found) = DIGEST_CACHE.lock().unwrap().get(&key) {
+        return Ok(found.clone());
+    }
+    let disk_path = (*size_bytes >= DISK_CACHE_FROM_BYTES)
+        .then(|| std::env::temp_dir().join("model-agent-fakehub-digests").join(&key));
+    let from_disk = disk_path
+        .as_ref()
+        .and_then(|path| std::fs::read_to_string(path).ok())
+        .and_then(|text| parse_cached(&text, lfs));
+    let found = match from_disk {
+        Some(found) => found,
+        None => {
+            let computed = digests(content, lfs)?;
+            if let Some(path) = &disk_path {
+                // Best effort: a cache that cannot be written only costs time.
+                let _ = write_cached(path, &computed);
+            }
+            computed
+        }
+    };
+    let mut cache = DIGEST_CACHE.lock().unwrap();
+    if cache.len() >= MEMORY_CACHE_ENTRIES_MAX {
+        cache.clear();
+    }
+    cache.insert(key, found.clone());
+    Ok(found)
+}
+
+/// `{git_oid}\n` or `{git_oid} {sha256} {pointer_size}\n`.
+fn parse_cached(text: &str, lfs: bool) -> Option<Digests> {
+    let parts: Vec<&str> = text.trim().split(' ').collect();
+    let is_hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
+    match (lfs, parts.as_slice()) {
+        (false, [oid]) if is_hex(oid, 40) => Some(Digests { git_oid: oid.to_string(), lfs: None }),
+        (true, [oid, sha256, pointer]) if is_hex(oid, 40) && is_hex(sha256, 64) => {
+            let lfs = LfsDigest { sha256: sha256.to_string(), pointer_size_bytes: pointer.parse().ok()? };
+            Some(Digests { git_oid: oid.to_string(), lfs: Some(lfs) })
+        }
+        _ => None,
+    }
+}
+
+fn write_cached(path: &std::path::Path, digests: &Digests) -> io::Result<()> {
+    let text = match &digests.lfs {
+        None => format!("{}\n", digests.git_oid),
+        Some(lfs) => format!("{} {} {}\n", digests.git_oid, lfs.sha256, lfs.pointer_size_bytes),
+    };
+    std::fs::create_dir_all(path.parent().expect("in a directory"))?;
+    let partial = path.with_extension(format!("partial-{}", std::process::id()));
+    std::fs::write(&partial, text)?;
+    std::fs::rename(&partial, path)
+}
+
 pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
@@ -164,6 +233,19 @@ mod tests {
             assert_eq!(pattern_bytes(7, offset as u64, len), whole[offset..offset + len]);
         }
         assert_ne!(pattern_bytes(8, 0, 64), whole[..64]);
+    }
+
+    #[test]
+    fn cached_digests_equal_computed_ones_from_memory_and_disk() {
+        let content = Content::Pattern { size_bytes: DISK_CACHE_FROM_BYTES, seed: 0x5eed_cafe };
+        for lfs in [true, false] {
+            let computed = digests(&content, lfs).unwrap();
+            assert_eq!(cached_digests(&content, lfs).unwrap(), computed, "first: computed and stored");
+            DIGEST_CACHE.lock().unwrap().clear();
+            assert_eq!(cached_digests(&content, lfs).unwrap(), computed, "from disk");
+            assert_eq!(cached_digests(&content, lfs).unwrap(), computed, "from memory");
+        }
+        assert_eq!(parse_cached("zz", false), None);
     }
 
     #[test]

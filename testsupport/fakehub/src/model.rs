@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use sha1::{Digest, Sha1};
 
-use crate::content::{Content, Digests, digests, hex};
+use crate::content::{Content, Digests, cached_digests, hex};
 use crate::fixtures::{Access, CommitFixture, Fixtures, RepoFixture};
 
 /// One file of one commit, hashed.
@@ -114,7 +114,7 @@ fn build_commit(repo_id: &str, name: &str, fixture: &CommitFixture) -> io::Resul
     let mut sha = Sha1::new();
     sha.update(format!("fakehub commit\n{repo_id}\n{name}\n").as_bytes());
     for (path, file) in &fixture.files {
-        let digests = digests(&file.content, file.lfs)?;
+        let digests = cached_digests(&file.content, file.lfs)?;
         sha.update(format!("{path} {}\n", digests.git_oid).as_bytes());
         let hub_file = HubFile { path: path.clone(), content: file.content.clone(), digests };
         files.insert(path.clone(), Arc::new(hub_file));
