@@ -89,7 +89,9 @@ fn parse(raw: Vec<String>) -> Result<Args, String> {
             "--generated" => {
                 let (target, size) = value.split_once('=').ok_or("--generated wants ORG/NAME:PATH=SIZE_BYTES")?;
                 let (id, path) = target.split_once(':').ok_or("--generated wants ORG/NAME:PATH=SIZE_BYTES")?;
-                let seed = model_agent_fakehub::sha256_hex(path.as_bytes()).len() as u64 + path.len() as u64;
+                // Distinct paths, distinct bytes; the same path, the same bytes on every run.
+                let seed =
+                    u64::from_str_radix(&model_agent_fakehub::sha256_hex(path.as_bytes())[..16], 16).expect("hex");
                 let commit = args.commits.remove(id).unwrap_or_default().generated_lfs(path, number(size)?, seed);
                 args.commits.insert(id.to_owned(), commit);
             }
