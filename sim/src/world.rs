@@ -532,7 +532,10 @@ impl World {
                     self.label_writer.insert((node, label_key.clone()), uid.as_str().to_string());
                 }
                 let value = StoredEntry { status: entry.status, uid: entry.uid.clone() };
-                wire::apply_entry_writes(&mut self.api.entries[node], &[EntryWrite::Put { cm_key: cm_key.clone(), value }]);
+                wire::apply_entry_writes(
+                    &mut self.api.entries[node],
+                    &[EntryWrite::Put { cm_key: cm_key.clone(), value }],
+                );
                 self.published_ever.insert((node, uid.as_str().to_string()));
                 Some(Input::EffectDone { id, outcome: model_agent_core::machine::Outcome::Done })
             }
