@@ -45,111 +45,26 @@ const KNOWN: &str = "oci://, hf://, local://, vendor://, pvc://, s3://, gs://, a
 
 impl StorageUri {
     pub fn parse(uri: &str) -> Result<StorageUri, UriError> {
-        let err = |reason: &str| UriError { uri: uri.to_string(), reason: reason.to_string() };
+        let err = |reason: String| UriError { uri: uri.to_string(), reason };
         if uri.contains('\0') {
-            return Err(err("contains a NUL byte"));
+            return Err(err("contains a NUL byte".into()));
         }
         if uri.chars().any(char::is_whitespace) {
-            return Err(err("contains white space"));
+            return Err(err("contains white space".into()));
         }
-        let (scheme, rest) =
-            uri.split_once("://").ok_or_else(|| err(&format!("no scheme; expected one of {KNOWN}")))?;
-        let nonempty = |parts: &[&str], shape: &str| -> Result<(), UriError> {
-            if parts.iter().any(|p| p.is_empty()) { Err(err(&format!("expected {shape}"))) } else { Ok(()) }
-        };
+        let (scheme, rest) = uri.split_once("://").ok_or_else(|| err(format!("no scheme; expected one of {KNOWN}")))?;
         match scheme {
-            "oci" => {
-                let shape = "oci://n/{namespace}/b/{bucket}/o/{prefix}";
-                let parts: Vec<&str> = rest.splitn(6, '/').collect();
-                if parts.len() != 6 || parts[0] != "n" || parts[2] != "b" || parts[4] != "o" {
-                    return Err(err(&format!("expected {shape}")));
-                }
-                let prefix = parts[5].trim_end_matches('/');
-                nonempty(&[parts[1], parts[3], prefix], shape)?;
-                Ok(StorageUri::Oci {
-                    namespace: parts[1].to_string(),
-                    bucket: parts[3].to_string(),
-                    prefix: prefix.to_string(),
-                })
-            }
-            "hf" => {
-                let shape = "hf://{org}/{repo}[@{revision}]";
-                let (id, revision) = match rest.split_once('@') {
-                    Some((id, rev)) => {
-                        nonempty(&[rev], shape)?;
-                        (id, rev)
-                    }
-                    None => (rest, "main"),
-                };
-                let (org, repo) = id.split_once('/').ok_or_else(|| err(&format!("expected {shape}")))?;
-                if repo.contains('/') {
-                    return Err(err(&format!("the model id must be org/repo; expected {shape}")));
-                }
-                nonempty(&[org, repo], shape)?;
-                Ok(StorageUri::HuggingFace { org: org.into(), repo: repo.into(), revision: revision.into() })
-            }
-            "local" => {
-                nonempty(&[rest], "local://{path}")?;
-                Ok(StorageUri::Local { path: rest.to_string() })
-            }
-            "vendor" => {
-                let shape = "vendor://{vendor}/{type}/{path}";
-                let parts: Vec<&str> = rest.splitn(3, '/').collect();
-                if parts.len() != 3 {
-                    return Err(err(&format!("expected {shape}")));
-                }
-                nonempty(&parts, shape)?;
-                Ok(StorageUri::Vendor {
-                    vendor: parts[0].into(),
-                    resource_type: parts[1].into(),
-                    path: parts[2].into(),
-                })
-            }
-            "pvc" => {
-                let shape = "pvc://[{namespace}:]{pvc}/{subpath}";
-                let (head, subpath) = rest.split_once('/').ok_or_else(|| err(&format!("expected {shape}")))?;
-                let (namespace, name) = match head.split_once(':') {
-                    Some((ns, name)) => {
-                        nonempty(&[ns], shape)?;
-                        (Some(ns.to_string()), name)
-                    }
-                    None => (None, head),
-                };
-                nonempty(&[name, subpath], shape)?;
-                Ok(StorageUri::Pvc { namespace, name: name.into(), subpath: subpath.into() })
-            }
-            "s3" | "gs" => {
-                let shape = if scheme == "s3" { "s3://{bucket}/{prefix}" } else { "gs://{bucket}/{prefix}" };
-                let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-                nonempty(&[bucket], shape)?;
-                let (bucket, prefix) = (bucket.to_string(), prefix.trim_end_matches('/').to_string());
-                Ok(if scheme == "s3" { StorageUri::S3 { bucket, prefix } } else { StorageUri::Gcs { bucket, prefix } })
-            }
-            "az" => {
-                let shape = "az://{account}/{container}/{prefix}";
-                let parts: Vec<&str> = rest.splitn(3, '/').collect();
-                if parts.len() < 2 {
-                    return Err(err(&format!("expected {shape}")));
-                }
-                nonempty(&parts[..2], shape)?;
-                Ok(StorageUri::Azure {
-                    account: parts[0].into(),
-                    container: parts[1].into(),
-                    prefix: parts.get(2).unwrap_or(&"").trim_end_matches('/').into(),
-                })
-            }
-            "github" => {
-                let shape = "github://{owner}/{repo}[@{revision}]";
-                let (id, revision) = rest.split_once('@').unwrap_or((rest, "main"));
-                let (owner, repo) = id.split_once('/').ok_or_else(|| err(&format!("expected {shape}")))?;
-                if repo.contains('/') {
-                    return Err(err(&format!("expected {shape}")));
-                }
-                nonempty(&[owner, repo, revision], shape)?;
-                Ok(StorageUri::GitHub { owner: owner.into(), repo: repo.into(), revision: revision.into() })
-            }
-            other => Err(err(&format!("unknown scheme {other:?}; expected one of {KNOWN}"))),
+            "oci" => parse_oci(rest),
+            "hf" => parse_hf(rest),
+            "local" => nonempty(&[rest], "local://{path}").map(|()| StorageUri::Local { path: rest.to_string() }),
+            "vendor" => parse_vendor(rest),
+            "pvc" => parse_pvc(rest),
+            "s3" | "gs" => parse_bucket(scheme, rest),
+            "az" => parse_azure(rest),
+            "github" => parse_github(rest),
+            other => Err(format!("unknown scheme {other:?}; expected one of {KNOWN}")),
         }
+        .map_err(err)
     }
 
     pub fn scheme(&self) -> &'static str {
@@ -201,6 +116,97 @@ pub enum Provisioning {
     Nothing,
     /// Never placed on nodes by the agent (`pvc://`).
     NotOnNodes,
+}
+
+/// Every part present, else the scheme's shape as the reason.
+fn nonempty(parts: &[&str], shape: &str) -> Result<(), String> {
+    if parts.iter().any(|p| p.is_empty()) { Err(format!("expected {shape}")) } else { Ok(()) }
+}
+
+fn parse_oci(rest: &str) -> Result<StorageUri, String> {
+    let shape = "oci://n/{namespace}/b/{bucket}/o/{prefix}";
+    let parts: Vec<&str> = rest.splitn(6, '/').collect();
+    if parts.len() != 6 || parts[0] != "n" || parts[2] != "b" || parts[4] != "o" {
+        return Err(format!("expected {shape}"));
+    }
+    let prefix = parts[5].trim_end_matches('/');
+    nonempty(&[parts[1], parts[3], prefix], shape)?;
+    Ok(StorageUri::Oci { namespace: parts[1].to_string(), bucket: parts[3].to_string(), prefix: prefix.to_string() })
+}
+
+fn parse_hf(rest: &str) -> Result<StorageUri, String> {
+    let shape = "hf://{org}/{repo}[@{revision}]";
+    let (id, revision) = match rest.split_once('@') {
+        Some((id, rev)) => {
+            nonempty(&[rev], shape)?;
+            (id, rev)
+        }
+        None => (rest, "main"),
+    };
+    let (org, repo) = id.split_once('/').ok_or_else(|| format!("expected {shape}"))?;
+    if repo.contains('/') {
+        return Err(format!("the model id must be org/repo; expected {shape}"));
+    }
+    nonempty(&[org, repo], shape)?;
+    Ok(StorageUri::HuggingFace { org: org.into(), repo: repo.into(), revision: revision.into() })
+}
+
+fn parse_vendor(rest: &str) -> Result<StorageUri, String> {
+    let shape = "vendor://{vendor}/{type}/{path}";
+    let parts: Vec<&str> = rest.splitn(3, '/').collect();
+    if parts.len() != 3 {
+        return Err(format!("expected {shape}"));
+    }
+    nonempty(&parts, shape)?;
+    Ok(StorageUri::Vendor { vendor: parts[0].into(), resource_type: parts[1].into(), path: parts[2].into() })
+}
+
+fn parse_pvc(rest: &str) -> Result<StorageUri, String> {
+    let shape = "pvc://[{namespace}:]{pvc}/{subpath}";
+    let (head, subpath) = rest.split_once('/').ok_or_else(|| format!("expected {shape}"))?;
+    let (namespace, name) = match head.split_once(':') {
+        Some((ns, name)) => {
+            nonempty(&[ns], shape)?;
+            (Some(ns.to_string()), name)
+        }
+        None => (None, head),
+    };
+    nonempty(&[name, subpath], shape)?;
+    Ok(StorageUri::Pvc { namespace, name: name.into(), subpath: subpath.into() })
+}
+
+/// `s3://{bucket}/{prefix}` and `gs://{bucket}/{prefix}`.
+fn parse_bucket(scheme: &str, rest: &str) -> Result<StorageUri, String> {
+    let shape = if scheme == "s3" { "s3://{bucket}/{prefix}" } else { "gs://{bucket}/{prefix}" };
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    nonempty(&[bucket], shape)?;
+    let (bucket, prefix) = (bucket.to_string(), prefix.trim_end_matches('/').to_string());
+    Ok(if scheme == "s3" { StorageUri::S3 { bucket, prefix } } else { StorageUri::Gcs { bucket, prefix } })
+}
+
+fn parse_azure(rest: &str) -> Result<StorageUri, String> {
+    let shape = "az://{account}/{container}/{prefix}";
+    let parts: Vec<&str> = rest.splitn(3, '/').collect();
+    if parts.len() < 2 {
+        return Err(format!("expected {shape}"));
+    }
+    nonempty(&parts[..2], shape)?;
+    Ok(StorageUri::Azure {
+        account: parts[0].into(),
+        container: parts[1].into(),
+        prefix: parts.get(2).unwrap_or(&"").trim_end_matches('/').into(),
+    })
+}
+
+fn parse_github(rest: &str) -> Result<StorageUri, String> {
+    let shape = "github://{owner}/{repo}[@{revision}]";
+    let (id, revision) = rest.split_once('@').unwrap_or((rest, "main"));
+    let (owner, repo) = id.split_once('/').ok_or_else(|| format!("expected {shape}"))?;
+    if repo.contains('/') {
+        return Err(format!("expected {shape}"));
+    }
+    nonempty(&[owner, repo, revision], shape)?;
+    Ok(StorageUri::GitHub { owner: owner.into(), repo: repo.into(), revision: revision.into() })
 }
 
 #[cfg(test)]

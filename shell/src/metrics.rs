@@ -56,14 +56,14 @@ impl Metrics {
 
     pub fn render(&self) -> String {
         let mut s = String::new();
-        let core = self.core.lock().expect("metrics lock").clone();
-        let st = &core.stats;
-        let counter = |s: &mut String, name: &str, help: &str, v: u64| {
-            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
-        };
-        let gauge = |s: &mut String, name: &str, help: &str, v: f64| {
-            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-        };
+        self.render_model_series(&mut s);
+        render_core(&mut s, &self.core.lock().expect("metrics lock").clone());
+        self.render_shell(&mut s);
+        s
+    }
+
+    /// OME's per-model series.
+    fn render_model_series(&self, s: &mut String) {
         for (name, help, map) in [
             ("model_agent_downloads_success_total", "Models made available on this node.", &self.downloads_success),
             (
@@ -83,99 +83,115 @@ impl Metrics {
                 );
             }
         }
+    }
+
+    /// What the shell itself counts.
+    fn render_shell(&self, s: &mut String) {
         counter(
-            &mut s,
-            "model_agent_phantom_deletes_suppressed_total",
-            "Deletion candidates a live read showed alive (same uid, not deleting).",
-            st.phantom_deletes_suppressed,
-        );
-        counter(
-            &mut s,
-            "model_agent_delete_candidates_total",
-            "Deleted, tombstone, relist-vanished and uid-changed notifications.",
-            st.candidates,
-        );
-        counter(
-            &mut s,
-            "model_agent_deletes_confirmed_total",
-            "Deletions confirmed by NotFound, a new uid or a deletionTimestamp.",
-            st.deletes_confirmed,
-        );
-        counter(&mut s, "model_agent_cleanups_total", "Model incarnations cleaned up on this node.", st.cleanups_done);
-        gauge(
-            &mut s,
-            "model_agent_pending_confirmations",
-            "Deletion candidates waiting for a live read to answer.",
-            core.pending_confirmations as f64,
-        );
-        gauge(
-            &mut s,
-            "model_agent_pending_confirmation_oldest_seconds",
-            "Age of the oldest pending confirmation.",
-            core.oldest_pending_seconds,
-        );
-        let _ = writeln!(
             s,
-            "# HELP model_agent_live_reads_total Live reads of the API server by result.\n# TYPE model_agent_live_reads_total counter"
-        );
-        for (result, v) in [
-            ("found", st.reads_found),
-            ("not_found", st.reads_not_found),
-            ("failed", st.reads_failed - st.reads_timed_out.min(st.reads_failed)),
-            ("timed_out", st.reads_timed_out),
-        ] {
-            let _ = writeln!(s, "model_agent_live_reads_total{{result=\"{result}\"}} {v}");
-        }
-        let _ = writeln!(
-            s,
-            "# HELP model_agent_live_read_requests_total Live reads sent, by verb.\n# TYPE model_agent_live_read_requests_total counter"
-        );
-        let _ = writeln!(s, "model_agent_live_read_requests_total{{verb=\"get\"}} {}", st.live_gets);
-        let _ = writeln!(s, "model_agent_live_read_requests_total{{verb=\"list\"}} {}", st.live_lists);
-        let writable = match core.root_writable {
-            Some(true) => 1.0,
-            Some(false) => 0.0,
-            None => f64::NAN,
-        };
-        gauge(
-            &mut s,
-            "model_agent_models_root_writable",
-            "1 when the models root is writable, 0 when read-only.",
-            writable,
-        );
-        gauge(
-            &mut s,
-            "model_agent_ready",
-            "1 when the agent is ready (readiness, as /readyz).",
-            if core.ready { 1.0 } else { 0.0 },
-        );
-        gauge(&mut s, "model_agent_models", "Models the agent keeps track of.", core.models as f64);
-        counter(
-            &mut s,
-            "model_agent_effect_failures_total",
-            "Effects that failed and are retried with backoff.",
-            st.effects_failed,
-        );
-        counter(
-            &mut s,
             "model_agent_watch_errors_total",
             "Watch errors (the watcher relists by itself).",
             self.watch_errors.load(Ordering::Relaxed),
         );
         gauge(
-            &mut s,
+            s,
             "model_agent_fs_calls_unreturned",
             "Filesystem calls to the models root not returned yet (a hung mount keeps them).",
             self.fs_calls_unreturned.load(Ordering::Relaxed) as f64,
         );
         counter(
-            &mut s,
+            s,
             "model_agent_write_errors_total",
             "Failed label or ConfigMap write batches.",
             self.write_errors.load(Ordering::Relaxed),
         );
-        s
     }
+}
+
+fn counter(s: &mut String, name: &str, help: &str, v: u64) {
+    let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+}
+
+fn gauge(s: &mut String, name: &str, help: &str, v: f64) {
+    let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+}
+
+/// Live reads by result and by verb.
+fn render_reads(s: &mut String, st: &model_agent_core::machine::Stats) {
+    let _ = writeln!(
+        s,
+        "# HELP model_agent_live_reads_total Live reads of the API server by result.\n# TYPE model_agent_live_reads_total counter"
+    );
+    for (result, v) in [
+        ("found", st.reads_found),
+        ("not_found", st.reads_not_found),
+        ("failed", st.reads_failed - st.reads_timed_out.min(st.reads_failed)),
+        ("timed_out", st.reads_timed_out),
+    ] {
+        let _ = writeln!(s, "model_agent_live_reads_total{{result=\"{result}\"}} {v}");
+    }
+    let _ = writeln!(
+        s,
+        "# HELP model_agent_live_read_requests_total Live reads sent, by verb.\n# TYPE model_agent_live_read_requests_total counter"
+    );
+    let _ = writeln!(s, "model_agent_live_read_requests_total{{verb=\"get\"}} {}", st.live_gets);
+    let _ = writeln!(s, "model_agent_live_read_requests_total{{verb=\"list\"}} {}", st.live_lists);
+}
+
+/// What the core counts and knows.
+fn render_core(s: &mut String, core: &CoreGauges) {
+    let st = &core.stats;
+    counter(
+        s,
+        "model_agent_phantom_deletes_suppressed_total",
+        "Deletion candidates a live read showed alive (same uid, not deleting).",
+        st.phantom_deletes_suppressed,
+    );
+    counter(
+        s,
+        "model_agent_delete_candidates_total",
+        "Deleted, tombstone, relist-vanished and uid-changed notifications.",
+        st.candidates,
+    );
+    counter(
+        s,
+        "model_agent_deletes_confirmed_total",
+        "Deletions confirmed by NotFound, a new uid or a deletionTimestamp.",
+        st.deletes_confirmed,
+    );
+    counter(s, "model_agent_cleanups_total", "Model incarnations cleaned up on this node.", st.cleanups_done);
+    gauge(
+        s,
+        "model_agent_pending_confirmations",
+        "Deletion candidates waiting for a live read to answer.",
+        core.pending_confirmations as f64,
+    );
+    gauge(
+        s,
+        "model_agent_pending_confirmation_oldest_seconds",
+        "Age of the oldest pending confirmation.",
+        core.oldest_pending_seconds,
+    );
+    render_reads(s, st);
+    let writable = match core.root_writable {
+        Some(true) => 1.0,
+        Some(false) => 0.0,
+        None => f64::NAN,
+    };
+    gauge(s, "model_agent_models_root_writable", "1 when the models root is writable, 0 when read-only.", writable);
+    gauge(
+        s,
+        "model_agent_ready",
+        "1 when the agent is ready (readiness, as /readyz).",
+        if core.ready { 1.0 } else { 0.0 },
+    );
+    gauge(s, "model_agent_models", "Models the agent keeps track of.", core.models as f64);
+    counter(
+        s,
+        "model_agent_effect_failures_total",
+        "Effects that failed and are retried with backoff.",
+        st.effects_failed,
+    );
 }
 
 fn esc(s: &str) -> String {

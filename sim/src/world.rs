@@ -510,52 +510,10 @@ impl World {
                 Some(Input::LiveList { id, result })
             }
             Op::Publish { key, uid, label_key, label, cm_key, entry } => {
-                if down {
-                    return Some(unavailable());
-                }
-                self.check_label_scope(node, label_key);
-                // Another live uid's entry is overwritten only by a colliding model that
-                // outranks it (ClusterBaseModel, then older, then smaller uid).
-                if let Some(other) = self.api.entries[node].get(cm_key).and_then(|e| e.uid.clone())
-                    && other != uid.as_str()
-                    && let Some(theirs) = self.api.live_here(&other, node)
-                    && !self.api.outranks(key, uid.as_str(), theirs)
-                {
-                    self.violation_on(
-                        node,
-                        Some(key),
-                        format!("{key} uid {uid} overwrote the entry of live uid {other}"),
-                    );
-                }
-                if let Some(status) = label {
-                    self.api.labels[node].insert(label_key.clone(), status.as_str().to_string());
-                    self.label_writer.insert((node, label_key.clone()), uid.as_str().to_string());
-                }
-                let value = StoredEntry { status: entry.status, uid: entry.uid.clone() };
-                wire::apply_entry_writes(
-                    &mut self.api.entries[node],
-                    &[EntryWrite::Put { cm_key: cm_key.clone(), value }],
-                );
-                self.published_ever.insert((node, uid.as_str().to_string()));
-                Some(Input::EffectDone { id, outcome: model_agent_core::machine::Outcome::Done })
+                self.exec_publish(node, id, (key, uid), (label_key, label), (cm_key, entry))
             }
             Op::Unpublish { key, uid, label_key, remove_label, cm_key } => {
-                if down {
-                    return Some(unavailable());
-                }
-                self.check_label_scope(node, label_key);
-                if *remove_label && self.api.labels[node].remove(label_key).is_some() {
-                    self.removed_label(node, label_key);
-                }
-                let withdraw = EntryWrite::Withdraw { cm_key: cm_key.clone(), uid: uid.as_str().to_string() };
-                let (_, removed) = wire::apply_entry_writes(&mut self.api.entries[node], &[withdraw]);
-                if !removed.is_empty() {
-                    self.removed_entry(node, uid.as_str(), cm_key);
-                    if let Some(change) = self.api.controller_check(key) {
-                        self.fanout(change);
-                    }
-                }
-                Some(done(id))
+                self.exec_unpublish(node, id, (key, uid), (label_key, *remove_label), cm_key)
             }
             Op::VerifyLocal { path, .. } => {
                 let outcome = if self.nodes[node].missing_local.contains(path) {
@@ -565,48 +523,8 @@ impl World {
                 };
                 Some(Input::EffectDone { id, outcome })
             }
-            Op::Download { dest, uid, .. } => {
-                if !self.nodes[node].root_writable {
-                    return Some(Input::EffectDone { id, outcome: fail("read-only file system") });
-                }
-                let Some(path) = &dest.beneath_root else {
-                    self.violation_on(node, None, format!("download outside the models root: {}", dest.absolute));
-                    return Some(Input::EffectDone { id, outcome: fail("outside the models root") });
-                };
-                // As the real shell does: never download into a directory another uid's marker owns.
-                if let Some(owner) = self.nodes[node].dirs.get(path)
-                    && owner != uid
-                {
-                    let reason = format!("{} belongs to uid {owner}", dest.absolute);
-                    return Some(Input::EffectDone { id, outcome: fail(&reason) });
-                }
-                self.nodes[node].dirs.insert(path.clone(), uid.clone());
-                Some(done(id))
-            }
-            Op::TrashDir { uid, path, trash_name, .. } => {
-                if path.starts_with('/') || path.split('/').any(|c| c == "..") {
-                    self.violation_on(node, None, format!("trash of a path not beneath the root: {path}"));
-                    return Some(Input::EffectDone { id, outcome: fail("refused") });
-                }
-                if self.nodes[node].dirs.get(path) == Some(uid) {
-                    self.nodes[node].dirs.remove(path);
-                    self.nodes[node].trash.insert(trash_name.clone());
-                    self.counters.dir_removals += 1;
-                    if self.damages(uid.as_str(), node).is_some() {
-                        self.counters.dir_removals_live += 1;
-                        self.mark(node, MarkKind::Damage);
-                        let key = self.api.key_of(uid.as_str());
-                        self.violation_on(
-                            node,
-                            key.as_ref(),
-                            format!("weights of live uid {uid} at {path} moved to trash"),
-                        );
-                    } else {
-                        self.mark(node, MarkKind::Cleanup);
-                    }
-                }
-                Some(done(id))
-            }
+            Op::Download { dest, uid, .. } => self.exec_download(node, id, dest, uid),
+            Op::TrashDir { uid, path, trash_name, .. } => self.exec_trash(node, id, uid, path, trash_name),
             Op::PurgeTrash { name } => {
                 self.nodes[node].trash.remove(name);
                 Some(done(id))
@@ -653,6 +571,118 @@ impl World {
                 Some(Input::DriftObserved { id, snapshot })
             }
         }
+    }
+
+    fn exec_publish(
+        &mut self,
+        node: usize,
+        id: model_agent_core::machine::EffectId,
+        (key, uid): (&ModelKey, &Uid),
+        (label_key, label): (&str, &Option<ModelStatus>),
+        (cm_key, entry): (&str, &wire::ModelEntry),
+    ) -> Option<Input> {
+        let unavailable = || Input::EffectDone { id, outcome: fail("the API server is unavailable") };
+        if self.api.down {
+            return Some(unavailable());
+        }
+        self.check_label_scope(node, label_key);
+        // Another live uid's entry is overwritten only by a colliding model that
+        // outranks it (ClusterBaseModel, then older, then smaller uid).
+        if let Some(other) = self.api.entries[node].get(cm_key).and_then(|e| e.uid.clone())
+            && other != uid.as_str()
+            && let Some(theirs) = self.api.live_here(&other, node)
+            && !self.api.outranks(key, uid.as_str(), theirs)
+        {
+            self.violation_on(node, Some(key), format!("{key} uid {uid} overwrote the entry of live uid {other}"));
+        }
+        if let Some(status) = label {
+            self.api.labels[node].insert(label_key.to_string(), status.as_str().to_string());
+            self.label_writer.insert((node, label_key.to_string()), uid.as_str().to_string());
+        }
+        let value = StoredEntry { status: entry.status, uid: entry.uid.clone() };
+        wire::apply_entry_writes(&mut self.api.entries[node], &[EntryWrite::Put { cm_key: cm_key.to_string(), value }]);
+        self.published_ever.insert((node, uid.as_str().to_string()));
+        Some(Input::EffectDone { id, outcome: model_agent_core::machine::Outcome::Done })
+    }
+
+    fn exec_unpublish(
+        &mut self,
+        node: usize,
+        id: model_agent_core::machine::EffectId,
+        (key, uid): (&ModelKey, &Uid),
+        (label_key, remove_label): (&str, bool),
+        cm_key: &str,
+    ) -> Option<Input> {
+        let unavailable = || Input::EffectDone { id, outcome: fail("the API server is unavailable") };
+        if self.api.down {
+            return Some(unavailable());
+        }
+        self.check_label_scope(node, label_key);
+        if remove_label && self.api.labels[node].remove(label_key).is_some() {
+            self.removed_label(node, label_key);
+        }
+        let withdraw = EntryWrite::Withdraw { cm_key: cm_key.to_string(), uid: uid.as_str().to_string() };
+        let (_, removed) = wire::apply_entry_writes(&mut self.api.entries[node], &[withdraw]);
+        if !removed.is_empty() {
+            self.removed_entry(node, uid.as_str(), cm_key);
+            if let Some(change) = self.api.controller_check(key) {
+                self.fanout(change);
+            }
+        }
+        Some(done(id))
+    }
+
+    fn exec_download(
+        &mut self,
+        node: usize,
+        id: model_agent_core::machine::EffectId,
+        dest: &model_agent_core::dest_path::DestPath,
+        uid: &Uid,
+    ) -> Option<Input> {
+        if !self.nodes[node].root_writable {
+            return Some(Input::EffectDone { id, outcome: fail("read-only file system") });
+        }
+        let Some(path) = &dest.beneath_root else {
+            self.violation_on(node, None, format!("download outside the models root: {}", dest.absolute));
+            return Some(Input::EffectDone { id, outcome: fail("outside the models root") });
+        };
+        // As the real shell does: never download into a directory another uid's marker owns.
+        if let Some(owner) = self.nodes[node].dirs.get(path)
+            && owner != uid
+        {
+            let reason = format!("{} belongs to uid {owner}", dest.absolute);
+            return Some(Input::EffectDone { id, outcome: fail(&reason) });
+        }
+        self.nodes[node].dirs.insert(path.to_string(), uid.clone());
+        Some(done(id))
+    }
+
+    fn exec_trash(
+        &mut self,
+        node: usize,
+        id: model_agent_core::machine::EffectId,
+        uid: &Uid,
+        path: &str,
+        trash_name: &str,
+    ) -> Option<Input> {
+        if path.starts_with('/') || path.split('/').any(|c| c == "..") {
+            self.violation_on(node, None, format!("trash of a path not beneath the root: {path}"));
+            return Some(Input::EffectDone { id, outcome: fail("refused") });
+        }
+        if self.nodes[node].dirs.get(path) == Some(uid) {
+            self.nodes[node].dirs.remove(path);
+            self.nodes[node].trash.insert(trash_name.to_string());
+            self.counters.dir_removals += 1;
+            if self.damages(uid.as_str(), node).is_some() {
+                self.counters.dir_removals_live += 1;
+                self.mark(node, MarkKind::Damage);
+                let key = self.api.key_of(uid.as_str());
+                self.violation_on(node, key.as_ref(), format!("weights of live uid {uid} at {path} moved to trash"));
+            } else {
+                self.mark(node, MarkKind::Cleanup);
+            }
+        }
+        Some(done(id))
     }
 
     /// The faults a live read meets: `None` when it never answers (the core's deadline must

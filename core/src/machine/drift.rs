@@ -19,76 +19,57 @@ impl State {
     // ------------------------------------------------------------------------------------------
 
     pub(super) fn on_snapshot(&mut self, st: &mut Step, requested_seq: u64, snap: DriftSnapshot) {
-        let now = st.now;
+        let claimed = self.observe_snapshot(st, requested_seq, &snap);
+        for name in &snap.trash {
+            if !self.trash.contains_key(name) {
+                let purge_at = st.now.plus_ms(self.config.trash_grace_ms);
+                self.trash.insert(name.clone(), purge_at);
+                self.set_timer(purge_at, TimerKey::Purge(name.clone()));
+            }
+        }
+        self.begin_orphan_check(st, &snap, &claimed);
+    }
+
+    /// Every incarnation the snapshot is not stale for takes what it shows: published or
+    /// drifted, its directory found or gone. Returns what the known models claim.
+    fn observe_snapshot(&mut self, st: &mut Step, requested_seq: u64, snap: &DriftSnapshot) -> Claimed {
         // Hash sets with a fixed hasher: this pass is O(models) per node every period.
         let owned_by_uid: FxHashMap<&Uid, &OwnedDir> = snap.owned_dirs.iter().map(|d| (&d.uid, d)).collect();
-        let mut known_uids: FxHashSet<Uid> = FxHashSet::default();
-        let mut claimed_labels: FxHashSet<String> = FxHashSet::default();
-        let mut claimed_entries: FxHashSet<String> = FxHashSet::default();
+        let mut claimed = Claimed::default();
         for (key, shared) in self.slots.iter_mut() {
             let slot = Arc::make_mut(shared);
             let (label_key, cm_key) = (wire::label_key(key), wire::configmap_key(key));
-            let label = snap.labels.get(&label_key).and_then(|v| ModelStatus::parse(v));
-            let label_present = snap.labels.contains_key(&label_key);
-            let entry = snap.entries.get(&cm_key);
-            claimed_labels.insert(label_key);
-            claimed_entries.insert(cm_key);
+            let seen = Seen {
+                label: snap.labels.get(&label_key).and_then(|v| ModelStatus::parse(v)),
+                label_present: snap.labels.contains_key(&label_key),
+                entry: snap.entries.get(&cm_key),
+            };
+            claimed.labels.insert(label_key);
+            claimed.entries.insert(cm_key);
             let has_current = slot.current.is_some();
             for (i, inc) in slot.current.iter_mut().chain(slot.former.iter_mut()).enumerate() {
-                known_uids.insert(inc.uid().clone());
+                claimed.uids.insert(inc.uid().clone());
                 // Stale for this incarnation: something changed since the snapshot was asked for.
                 if inc.inflight.is_some() || inc.changed_seq > requested_seq {
                     continue;
                 }
                 let label_is_its = i == 0 || !has_current;
-                let entry_is_its = entry.is_some_and(|e| wire::entry_is_of(&e.owner(), inc.uid().as_str()));
-                let seen_label = if label_is_its { label_present } else { false };
-                let observed = match (seen_label, entry_is_its) {
-                    (false, false) => Published::Nothing,
-                    (true, true) => {
-                        let entry_status = entry.and_then(|e| e.status);
-                        match (&inc.published, label, entry_status) {
-                            (Published::Status { status, .. }, Some(l), Some(e)) if *status == l && *status == e => {
-                                inc.published.clone()
-                            }
-                            _ => Published::Drifted,
-                        }
-                    }
-                    _ => Published::Drifted,
-                };
-                if observed != inc.published {
-                    inc.published = observed;
+                if observe_incarnation(inc, &seen, label_is_its, owned_by_uid.get(inc.uid()).copied()) {
                     st.dirty.push(key.clone());
                 }
-                match (owned_by_uid.get(inc.uid()), &inc.fetched) {
-                    (Some(dir), _) if inc.owned_dir.is_none() => {
-                        inc.owned_dir = Some(dir.path.clone());
-                        st.dirty.push(key.clone());
-                    }
-                    // Ready, but the weights are gone from disk: fetch again (#834's drift).
-                    (None, Fetched::Done { plan }) if matches!(**plan, Plan::Download { .. }) => {
-                        inc.owned_dir = None;
-                        inc.fetched = Fetched::No;
-                        st.dirty.push(key.clone());
-                    }
-                    _ => {}
-                }
             }
         }
-        for name in &snap.trash {
-            if !self.trash.contains_key(name) {
-                let purge_at = now.plus_ms(self.config.trash_grace_ms);
-                self.trash.insert(name.clone(), purge_at);
-                self.set_timer(purge_at, TimerKey::Purge(name.clone()));
-            }
-        }
-        // Orphans: what no known model claims. Only fresh LISTs of every kind can make them
-        // removable; a snapshot alone never removes anything.
-        let check = OrphanCheck {
+        claimed
+    }
+
+    /// Orphans: what no known model claims. Only fresh LISTs of every kind can make them
+    /// removable; a snapshot alone never removes anything.
+    fn begin_orphan_check(&mut self, st: &mut Step, snap: &DriftSnapshot, claimed: &Claimed) {
+        let mut check = OrphanCheck {
             labels: snap
                 .labels
                 .iter()
-                .filter(|(l, v)| wire::is_model_status_label(l, v) && !claimed_labels.contains(l.as_str()))
+                .filter(|(l, v)| wire::is_model_status_label(l, v) && !claimed.labels.contains(l.as_str()))
                 .map(|(l, _)| l)
                 .cloned()
                 .collect(),
@@ -97,17 +78,16 @@ impl State {
                 .iter()
                 .filter(|(k, e)| {
                     wire::is_model_entry_key(k)
-                        && (!claimed_entries.contains(k.as_str())
-                            || e.uid.as_ref().is_some_and(|u| !known_uids.contains(u)))
+                        && (!claimed.entries.contains(k.as_str())
+                            || e.uid.as_ref().is_some_and(|u| !claimed.uids.contains(u)))
                 })
                 .map(|(k, e)| (k.clone(), e.uid.clone()))
                 .collect(),
-            dirs: snap.owned_dirs.iter().filter(|d| !known_uids.contains(&d.uid)).cloned().collect(),
+            dirs: snap.owned_dirs.iter().filter(|d| !claimed.uids.contains(&d.uid)).cloned().collect(),
             ..OrphanCheck::default()
         };
         let any = !check.labels.is_empty() || !check.entries.is_empty() || !check.dirs.is_empty();
         if any && !self.shutting_down && self.orphan_check.is_none() {
-            let mut check = check;
             for kind in Kind::ALL {
                 check.lists[kind.index()] = Some(self.issue_list(st, kind, ListPurpose::OrphanSweep));
             }
@@ -160,4 +140,53 @@ impl State {
             self.emit(st, op, Some(Owner::Orphan));
         }
     }
+}
+
+/// What a snapshot shows under one model's keys.
+struct Seen<'a> {
+    label: Option<ModelStatus>,
+    label_present: bool,
+    entry: Option<&'a EntryView>,
+}
+
+/// What the known models claim: their uids, label keys and ConfigMap keys.
+#[derive(Default)]
+struct Claimed {
+    uids: FxHashSet<Uid>,
+    labels: FxHashSet<String>,
+    entries: FxHashSet<String>,
+}
+
+/// One incarnation takes what the snapshot shows; true if anything about it changed.
+fn observe_incarnation(inc: &mut Incarnation, seen: &Seen, label_is_its: bool, dir: Option<&OwnedDir>) -> bool {
+    let mut changed = false;
+    let entry_is_its = seen.entry.is_some_and(|e| wire::entry_is_of(&e.owner(), inc.uid().as_str()));
+    let observed = match (label_is_its && seen.label_present, entry_is_its) {
+        (false, false) => Published::Nothing,
+        (true, true) => match (&inc.published, seen.label, seen.entry.and_then(|e| e.status)) {
+            (Published::Status { status, .. }, Some(l), Some(e)) if *status == l && *status == e => {
+                inc.published.clone()
+            }
+            _ => Published::Drifted,
+        },
+        _ => Published::Drifted,
+    };
+    if observed != inc.published {
+        inc.published = observed;
+        changed = true;
+    }
+    match (dir, &inc.fetched) {
+        (Some(dir), _) if inc.owned_dir.is_none() => {
+            inc.owned_dir = Some(dir.path.clone());
+            changed = true;
+        }
+        // Ready, but the weights are gone from disk: fetch again (#834's drift).
+        (None, Fetched::Done { plan }) if matches!(**plan, Plan::Download { .. }) => {
+            inc.owned_dir = None;
+            inc.fetched = Fetched::No;
+            changed = true;
+        }
+        _ => {}
+    }
+    changed
 }

@@ -150,8 +150,7 @@ pub(super) fn drive(
 ) {
     let mut actions: Vec<(Uid, Op, IncOp)> = Vec::new();
     let mut finished: Vec<Uid> = Vec::new();
-    let former_owns_dir =
-        slot.former.iter().any(|f| f.owned_dir.is_some() && !f.obj.spec().is_some_and(|s| s.reserve_artifact));
+    let former_owns_dir = slot.former.iter().any(owns_unreserved_dir);
     // Earlier incarnations first: the current one acts only once none of them is pending, has an
     // effect in flight, or is given one now.
     let mut former_unsettled = false;
@@ -164,15 +163,11 @@ pub(super) fn drive(
         if inc.inflight.is_some() || inc.blocked_until.is_some_and(|t| t > env.now) {
             continue;
         }
-        // Any other incarnation not confirmed gone, of this name or a colliding one, may be the
-        // live one and own the label.
-        let label_fenced = env.contest.is_some_and(|c| c.fenced)
-            || slot.all().any(|o| o.uid() != inc.uid() && !o.is_confirmed() && o.claims_label());
         let ctx = Context {
             node: env.node,
             root: env.root,
             models_root: &env.config.models_root,
-            label_fenced,
+            label_fenced: label_fenced(env, slot, inc),
             held_by: env.contest.and_then(|c| c.held_by.as_ref()).filter(|_| is_current),
             synced: env.synced,
             former_owns_dir: is_current && former_owns_dir,
@@ -207,6 +202,28 @@ pub(super) fn drive(
         }
     }
     note_collision(emitter, key, slot, held_by);
+    emit_actions(emitter, key, slot, actions);
+    if !finished.is_empty() {
+        drop_finished(timers, stats, key, slot, &finished);
+        stats.candidates += normalize(slot, env.now, env.seq);
+    }
+}
+
+/// Any other incarnation not confirmed gone, of this name or a colliding one, may be the live
+/// one and own the label.
+fn label_fenced(env: &Env, slot: &Slot, inc: &Incarnation) -> bool {
+    env.contest.is_some_and(|c| c.fenced)
+        || slot.all().any(|o| o.uid() != inc.uid() && !o.is_confirmed() && o.claims_label())
+}
+
+/// A directory it owns that is not kept for a reserved artifact.
+fn owns_unreserved_dir(inc: &Incarnation) -> bool {
+    inc.owned_dir.is_some() && !inc.obj.spec().is_some_and(|s| s.reserve_artifact)
+}
+
+/// Emit each decided effect and mark it in flight for its incarnation; a Failed publish is
+/// noted once, here.
+fn emit_actions(emitter: &mut Emitter, key: &ModelKey, slot: &mut Slot, actions: Vec<(Uid, Op, IncOp)>) {
     for (uid, op, what) in actions {
         if let IncOp::Publish { status: ModelStatus::Failed, reason } = &what {
             let reason = reason.as_deref().unwrap_or("Failed").to_string();
@@ -219,7 +236,17 @@ pub(super) fn drive(
             inc.inflight = Some(id);
         }
     }
-    for uid in &finished {
+}
+
+/// Incarnations confirmed gone with nothing left to remove leave the record, timers and all.
+fn drop_finished(
+    timers: &mut OrdSet<(Instant, TimerKey)>,
+    stats: &mut Stats,
+    key: &ModelKey,
+    slot: &mut Slot,
+    finished: &[Uid],
+) {
+    for uid in finished {
         let timer_at = slot.all().find(|i| i.uid() == uid).and_then(|i| i.timer_at);
         if slot.current.as_ref().is_some_and(|c| c.uid() == uid) {
             slot.current = None;
@@ -230,9 +257,6 @@ pub(super) fn drive(
             timers.remove(&(at, TimerKey::Inc(Arc::new((key.clone(), uid.clone())))));
         }
         stats.cleanups_done += 1;
-    }
-    if !finished.is_empty() {
-        stats.candidates += normalize(slot, env.now, env.seq);
     }
 }
 

@@ -241,88 +241,93 @@ pub enum IncOp {
     Trash { name: String },
 }
 
-/// The next effect an incarnation needs, if any. Pure.
+/// The next effect an incarnation needs, if any. Pure: one arm per `Want`.
 pub fn next_op(key: &ModelKey, inc: &Incarnation, want: &Want, ctx: &Context, now: Instant) -> Option<(Op, IncOp)> {
-    let publish = |status: ModelStatus, reason: Option<&str>| -> Option<(Op, IncOp)> {
-        let reason: Option<Arc<str>> = reason.map(Arc::from);
-        let target = Published::Status { status, reason: reason.clone() };
-        if inc.published == target {
-            return None;
-        }
-        let entry = ModelEntry {
-            uid: Some(inc.uid().as_str().to_string()),
-            reason: reason.as_deref().map(str::to_string),
-            ..ModelEntry::new(&key.name, status)
-        };
-        let op = Op::Publish {
+    match want {
+        Want::Hold | Want::Collides(_) => None,
+        Want::Absent => withdraw_op(key, inc, ctx, now),
+        Want::Failed(reason) => publish_op(key, inc, ModelStatus::Failed, Some(reason)),
+        Want::Ready => publish_op(key, inc, ModelStatus::Ready, None),
+        Want::Fetch(plan) => match &inc.fetched {
+            Fetched::Done { plan: done } if **done == *plan => publish_op(key, inc, ModelStatus::Ready, None),
+            Fetched::Failed { plan: failed, reason, .. } if **failed == *plan => {
+                publish_op(key, inc, ModelStatus::Failed, Some(reason))
+            }
+            _ => fetch_op(key, inc, plan, ctx),
+        },
+    }
+}
+
+/// Publish `status` (and `reason`) unless that is what is published already.
+fn publish_op(key: &ModelKey, inc: &Incarnation, status: ModelStatus, reason: Option<&str>) -> Option<(Op, IncOp)> {
+    let reason: Option<Arc<str>> = reason.map(Arc::from);
+    let target = Published::Status { status, reason: reason.clone() };
+    if inc.published == target {
+        return None;
+    }
+    let entry = ModelEntry {
+        uid: Some(inc.uid().as_str().to_string()),
+        reason: reason.as_deref().map(str::to_string),
+        ..ModelEntry::new(&key.name, status)
+    };
+    let op = Op::Publish {
+        key: key.clone(),
+        uid: inc.uid().clone(),
+        label_key: wire::label_key(key),
+        label: Some(status),
+        cm_key: wire::configmap_key(key),
+        entry: Box::new(entry),
+    };
+    Some((op, IncOp::Publish { status, reason }))
+}
+
+/// Leaving: first the label and entry, then the directory it owns (unless its artifact is
+/// reserved).
+fn withdraw_op(key: &ModelKey, inc: &Incarnation, ctx: &Context, now: Instant) -> Option<(Op, IncOp)> {
+    if inc.published != Published::Nothing {
+        let op = Op::Unpublish {
             key: key.clone(),
             uid: inc.uid().clone(),
             label_key: wire::label_key(key),
-            label: Some(status),
+            remove_label: !ctx.label_fenced,
             cm_key: wire::configmap_key(key),
-            entry: Box::new(entry),
         };
-        Some((op, IncOp::Publish { status, reason }))
-    };
-    match want {
-        Want::Hold | Want::Collides(_) => None,
-        Want::Absent => {
-            if inc.published != Published::Nothing {
-                let op = Op::Unpublish {
-                    key: key.clone(),
-                    uid: inc.uid().clone(),
-                    label_key: wire::label_key(key),
-                    remove_label: !ctx.label_fenced,
-                    cm_key: wire::configmap_key(key),
-                };
-                return Some((op, IncOp::Unpublish));
-            }
-            let reserved = inc.obj.spec().is_some_and(|s| s.reserve_artifact);
-            match &inc.owned_dir {
-                Some(path) if !reserved => {
-                    let name = format!("{}-{}", inc.uid(), now.as_ms());
-                    let op = Op::TrashDir {
-                        key: Some(key.clone()),
-                        uid: inc.uid().clone(),
-                        path: path.clone(),
-                        trash_name: name.clone(),
-                    };
-                    Some((op, IncOp::Trash { name }))
-                }
-                _ => None,
-            }
-        }
-        Want::Failed(reason) => publish(ModelStatus::Failed, Some(reason)),
-        Want::Ready => publish(ModelStatus::Ready, None),
-        Want::Fetch(plan) => match &inc.fetched {
-            Fetched::Done { plan: done } if **done == *plan => publish(ModelStatus::Ready, None),
-            Fetched::Failed { plan: failed, reason, .. } if **failed == *plan => {
-                publish(ModelStatus::Failed, Some(reason))
-            }
-            _ => {
-                let settled = matches!(
-                    inc.published,
-                    Published::Status { status: ModelStatus::Updating | ModelStatus::Failed, .. }
-                );
-                // After a restart, a label that already reads Ready is not flipped to Updating.
-                let already_ready = inc.published == Published::Unknown
-                    && ctx.node.and_then(|n| n.labels.get(&wire::label_key(key))).is_some_and(|v| v == "Ready");
-                if !settled && !already_ready {
-                    return publish(ModelStatus::Updating, None);
-                }
-                let op = match plan {
-                    Plan::Verify { path } => {
-                        Op::VerifyLocal { key: key.clone(), uid: inc.uid().clone(), path: path.clone() }
-                    }
-                    Plan::Download { storage_uri, dest } => Op::Download {
-                        key: key.clone(),
-                        uid: inc.uid().clone(),
-                        storage_uri: storage_uri.clone(),
-                        dest: dest.clone(),
-                    },
-                };
-                Some((op, IncOp::Fetch { plan: plan.clone() }))
-            }
-        },
+        return Some((op, IncOp::Unpublish));
     }
+    let reserved = inc.obj.spec().is_some_and(|s| s.reserve_artifact);
+    match &inc.owned_dir {
+        Some(path) if !reserved => {
+            let name = format!("{}-{}", inc.uid(), now.as_ms());
+            let op = Op::TrashDir {
+                key: Some(key.clone()),
+                uid: inc.uid().clone(),
+                path: path.clone(),
+                trash_name: name.clone(),
+            };
+            Some((op, IncOp::Trash { name }))
+        }
+        _ => None,
+    }
+}
+
+/// Fetching: `Updating` first (unless the label already reads Ready after a restart), then the
+/// check or the download.
+fn fetch_op(key: &ModelKey, inc: &Incarnation, plan: &Plan, ctx: &Context) -> Option<(Op, IncOp)> {
+    let settled =
+        matches!(inc.published, Published::Status { status: ModelStatus::Updating | ModelStatus::Failed, .. });
+    let already_ready = inc.published == Published::Unknown
+        && ctx.node.and_then(|n| n.labels.get(&wire::label_key(key))).is_some_and(|v| v == "Ready");
+    if !settled && !already_ready {
+        return publish_op(key, inc, ModelStatus::Updating, None);
+    }
+    let op = match plan {
+        Plan::Verify { path } => Op::VerifyLocal { key: key.clone(), uid: inc.uid().clone(), path: path.clone() },
+        Plan::Download { storage_uri, dest } => Op::Download {
+            key: key.clone(),
+            uid: inc.uid().clone(),
+            storage_uri: storage_uri.clone(),
+            dest: dest.clone(),
+        },
+    };
+    Some((op, IncOp::Fetch { plan: plan.clone() }))
 }
