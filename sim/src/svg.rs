@@ -35,31 +35,7 @@ pub fn render(title: &str, marks: &[Mark], nodes: usize, t_end_ms: u64) -> Strin
     }
     for m in marks.iter().filter(|m| m.node < rows) {
         let (cx, cy) = (x(m.t), top + m.node as f64 * row_h + 8.0);
-        let _ = match m.what {
-            MarkKind::Relist => {
-                writeln!(s, r##"<line x1="{cx}" y1="{}" x2="{cx}" y2="{}" stroke="#9467bd"/>"##, cy - 7.0, cy + 7.0)
-            }
-            MarkKind::Read => writeln!(s, r##"<circle cx="{cx}" cy="{cy}" r="1.5" fill="#1f77b4"/>"##),
-            MarkKind::Phantom => {
-                writeln!(s, r##"<circle cx="{cx}" cy="{cy}" r="4" fill="#ff7f0e" fill-opacity="0.6"/>"##)
-            }
-            MarkKind::Confirmed => writeln!(s, r##"<circle cx="{cx}" cy="{cy}" r="4" fill="#d62728"/>"##),
-            MarkKind::Cleanup => {
-                writeln!(s, r##"<rect x="{}" y="{}" width="4" height="4" fill="#555"/>"##, cx - 2.0, cy - 2.0)
-            }
-            MarkKind::Damage => writeln!(
-                s,
-                r##"<path d="M{} {} L{} {} M{} {} L{} {}" stroke="black" stroke-width="2"/>"##,
-                cx - 5.0,
-                cy - 5.0,
-                cx + 5.0,
-                cy + 5.0,
-                cx - 5.0,
-                cy + 5.0,
-                cx + 5.0,
-                cy - 5.0
-            ),
-        };
+        mark(&mut s, m.what, cx, cy);
     }
     let legend_y = top + rows as f64 * row_h + 30.0;
     let legend = [
@@ -86,6 +62,35 @@ pub fn render(title: &str, marks: &[Mark], nodes: usize, t_end_ms: u64) -> Strin
     );
     s.push_str("</svg>\n");
     s
+}
+
+/// One mark's shape at (cx, cy).
+fn mark(s: &mut String, what: MarkKind, cx: f64, cy: f64) {
+    let _ = match what {
+        MarkKind::Relist => {
+            writeln!(s, r##"<line x1="{cx}" y1="{}" x2="{cx}" y2="{}" stroke="#9467bd"/>"##, cy - 7.0, cy + 7.0)
+        }
+        MarkKind::Read => writeln!(s, r##"<circle cx="{cx}" cy="{cy}" r="1.5" fill="#1f77b4"/>"##),
+        MarkKind::Phantom => {
+            writeln!(s, r##"<circle cx="{cx}" cy="{cy}" r="4" fill="#ff7f0e" fill-opacity="0.6"/>"##)
+        }
+        MarkKind::Confirmed => writeln!(s, r##"<circle cx="{cx}" cy="{cy}" r="4" fill="#d62728"/>"##),
+        MarkKind::Cleanup => {
+            writeln!(s, r##"<rect x="{}" y="{}" width="4" height="4" fill="#555"/>"##, cx - 2.0, cy - 2.0)
+        }
+        MarkKind::Damage => writeln!(
+            s,
+            r##"<path d="M{} {} L{} {} M{} {} L{} {}" stroke="black" stroke-width="2"/>"##,
+            cx - 5.0,
+            cy - 5.0,
+            cx + 5.0,
+            cy + 5.0,
+            cx - 5.0,
+            cy + 5.0,
+            cx + 5.0,
+            cy - 5.0
+        ),
+    };
 }
 
 fn escape(s: &str) -> String {

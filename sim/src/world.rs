@@ -539,37 +539,14 @@ impl World {
                 }
                 Some(done(id))
             }
-            Op::RemoveOrphanEntry { cm_key, uid } => {
-                if down {
-                    return Some(unavailable());
-                }
-                let seen_uid = uid.as_ref().map(|u| u.as_str().to_string());
-                let sweep = EntryWrite::RemoveOrphan { cm_key: cm_key.clone(), seen_uid: seen_uid.clone() };
-                let (_, removed) = wire::apply_entry_writes(&mut self.api.entries[node], &[sweep]);
-                if !removed.is_empty() {
-                    self.removed_entry(node, seen_uid.as_deref().unwrap_or(""), cm_key);
-                }
-                Some(done(id))
-            }
+            Op::RemoveOrphanEntry { cm_key, uid } => self.exec_remove_orphan_entry(node, id, cm_key, uid.as_ref()),
             Op::ProbeRoot => {
                 let probe = RootProbe::healthy(self.nodes[node].root_writable);
                 let probe =
                     if probe.writable { probe } else { RootProbe { detail: "mounted read-only".into(), ..probe } };
                 Some(Input::RootProbed { id, probe })
             }
-            Op::Snapshot => {
-                if down {
-                    return None;
-                }
-                let mut snapshot: DriftSnapshot = self.api.snapshot(node);
-                snapshot.owned_dirs = self.nodes[node]
-                    .dirs
-                    .iter()
-                    .map(|(path, uid)| OwnedDir { path: path.clone(), uid: uid.clone() })
-                    .collect();
-                snapshot.trash = self.nodes[node].trash.iter().cloned().collect();
-                Some(Input::DriftObserved { id, snapshot })
-            }
+            Op::Snapshot => self.exec_snapshot(node, id),
         }
     }
 
@@ -683,6 +660,37 @@ impl World {
             }
         }
         Some(done(id))
+    }
+
+    fn exec_remove_orphan_entry(
+        &mut self,
+        node: usize,
+        id: model_agent_core::machine::EffectId,
+        cm_key: &str,
+        uid: Option<&Uid>,
+    ) -> Option<Input> {
+        if self.api.down {
+            return Some(Input::EffectDone { id, outcome: fail("the API server is unavailable") });
+        }
+        let seen_uid = uid.map(|u| u.as_str().to_string());
+        let sweep = EntryWrite::RemoveOrphan { cm_key: cm_key.to_string(), seen_uid: seen_uid.clone() };
+        let (_, removed) = wire::apply_entry_writes(&mut self.api.entries[node], &[sweep]);
+        if !removed.is_empty() {
+            self.removed_entry(node, seen_uid.as_deref().unwrap_or(""), cm_key);
+        }
+        Some(done(id))
+    }
+
+    /// The API part and the disk part; none while the API server is down (the core asks again).
+    fn exec_snapshot(&mut self, node: usize, id: model_agent_core::machine::EffectId) -> Option<Input> {
+        if self.api.down {
+            return None;
+        }
+        let mut snapshot: DriftSnapshot = self.api.snapshot(node);
+        snapshot.owned_dirs =
+            self.nodes[node].dirs.iter().map(|(path, uid)| OwnedDir { path: path.clone(), uid: uid.clone() }).collect();
+        snapshot.trash = self.nodes[node].trash.iter().cloned().collect();
+        Some(Input::DriftObserved { id, snapshot })
     }
 
     /// The faults a live read meets: `None` when it never answers (the core's deadline must
