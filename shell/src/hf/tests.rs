@@ -270,3 +270,19 @@ fn debug_never_shows_the_token() {
     assert_eq!(source.endpoint(), "https://huggingface.co");
     assert!(matches!(HfSource::new("ftp://x", None, 1, 1), Err(HfError::BadEndpoint { .. })));
 }
+
+#[tokio::test]
+async fn a_rate_limited_cdn_is_returned_to_the_caller_with_its_wait() {
+    let hub = public_hub();
+    let source = source(&hub, None);
+    let commit = source.resolve(REPO, "main").await.unwrap();
+    let file = remote_file(&source, &commit, LFS_PATH).await;
+    let scratch = Scratch::new("cdn-429");
+    hub.faults().add(Fault::RateLimit { count: 1, retry_after_s: 2, scope: Scope::Cdn });
+    let error = fetch_file(&source, REPO, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap_err();
+    assert_eq!(error.retry_after_ms(), Some(2000), "{error}");
+    hub.faults().add(Fault::ServerError { count: 1, status: 502, scope: Scope::Cdn });
+    let error = fetch_file(&source, REPO, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap_err();
+    assert_eq!(error, HfError::Server { status: 502, retry_after_ms: None });
+    fetch_file(&source, REPO, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap();
+}
