@@ -185,11 +185,23 @@ pub fn trash_dir(root: &Path, rel: &str, uid: &Uid, trash_name: &str) -> Result<
         Err(e) => return Err(format!("{TRASH}: {e}")),
     }
     let trash_fd = open_trash(&root_fd)?.ok_or(format!("{TRASH} vanished"))?;
-    renameat2(parent_fd.as_fd(), name, trash_fd.as_fd(), trash_name, RenameFlags::RENAME_NOREPLACE)
-        .map_err(|e| format!("{rel} -> {TRASH}/{trash_name}: {e}"))?;
-    let moved = fstatat(trash_fd.as_fd(), trash_name, AtFlags::AT_SYMLINK_NOFOLLOW).map(identity);
+    move_if_still(checked, (&parent_fd, name), (&trash_fd, trash_name), rel)
+}
+
+/// Rename `from` to `to` (never over an existing entry), then make sure what moved is the
+/// directory `checked` identified (device and inode); if someone swapped another one in since,
+/// move it back and trash nothing.
+fn move_if_still(
+    checked: (u64, u64),
+    (from_fd, from): (&OwnedFd, &str),
+    (to_fd, to): (&OwnedFd, &str),
+    rel: &str,
+) -> Result<(), String> {
+    renameat2(from_fd.as_fd(), from, to_fd.as_fd(), to, RenameFlags::RENAME_NOREPLACE)
+        .map_err(|e| format!("{rel} -> {TRASH}/{to}: {e}"))?;
+    let moved = fstatat(to_fd.as_fd(), to, AtFlags::AT_SYMLINK_NOFOLLOW).map(identity);
     if moved != Ok(checked) {
-        let back = renameat2(trash_fd.as_fd(), trash_name, parent_fd.as_fd(), name, RenameFlags::RENAME_NOREPLACE);
+        let back = renameat2(to_fd.as_fd(), to, from_fd.as_fd(), from, RenameFlags::RENAME_NOREPLACE);
         return Err(format!("{rel} was replaced while being trashed: moved back ({back:?}), nothing trashed"));
     }
     Ok(())
@@ -546,6 +558,27 @@ mod tests {
         assert!(purge_trash(&root, "victim").unwrap_err().contains("symlink is refused"));
         assert!(keep.exists());
         assert!(scan(&root).1.is_empty(), "the trash is not listed through a symlink");
+    }
+
+    #[test]
+    fn a_directory_swapped_in_after_its_marker_was_read_is_moved_back() {
+        // The swap between the marker check and the rename, made deterministic: the identity
+        // checked is that of the owned directory, but what sits at the name is another one.
+        let root = tmp("swapped");
+        write_marker(&root, "owned", &marker("u1")).unwrap();
+        fs::create_dir_all(root.join("m/intruder-content")).unwrap();
+        let root_fd = open_root(&root).unwrap();
+        let owned = fstatat(root_fd.as_fd(), "owned", AtFlags::AT_SYMLINK_NOFOLLOW).map(identity).unwrap();
+        mkdirat(root_fd.as_fd(), TRASH, Mode::from_bits_truncate(0o700)).unwrap();
+        let trash_fd = open_trash(&root_fd).unwrap().unwrap();
+        let e = move_if_still(owned, (&root_fd, "m"), (&trash_fd, "t1"), "m").unwrap_err();
+        assert!(e.contains("replaced while being trashed"), "{e}");
+        assert!(root.join("m/intruder-content").is_dir(), "the swapped-in directory is back in place");
+        assert!(!root.join(TRASH).join("t1").exists(), "nothing was trashed");
+        // The same call with the right identity moves it.
+        let intruder = fstatat(root_fd.as_fd(), "m", AtFlags::AT_SYMLINK_NOFOLLOW).map(identity).unwrap();
+        move_if_still(intruder, (&root_fd, "m"), (&trash_fd, "t1"), "m").unwrap();
+        assert!(root.join(TRASH).join("t1/intruder-content").is_dir() && !root.join("m").exists());
     }
 
     #[test]
