@@ -40,7 +40,12 @@ pub struct Breaker {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Count {
     Quiet,
-    Tripped { candidates: u32, until: Instant },
+    /// `placed`: the models placed here it was compared against.
+    Tripped {
+        candidates: u32,
+        placed: u32,
+        until: Instant,
+    },
 }
 
 impl Breaker {
@@ -79,12 +84,15 @@ impl Breaker {
         let count = self.in_window(config, now);
         let exceeds = |placed: u32| u64::from(count) * 100 > u64::from(config.breaker_percent) * u64::from(placed);
         // `exceeds` only falls as `placed` grows, so the bound is checked first, exactly.
-        let tripped = count >= config.breaker_models_min && exceeds(placed_at_most) && exceeds(placed());
-        if !tripped {
+        if count < config.breaker_models_min || !exceeds(placed_at_most) {
+            return Count::Quiet;
+        }
+        let placed = placed();
+        if !exceeds(placed) {
             return Count::Quiet;
         }
         let until = self.trip(config, now);
-        Count::Tripped { candidates: count, until }
+        Count::Tripped { candidates: count, placed, until }
     }
 
     /// Trip at `now` whatever the counts (a Node view that lost most of its labels at once).
@@ -125,7 +133,10 @@ mod tests {
         let mut b2 = Breaker::default();
         assert_eq!(b2.count(&c, Instant(0), 5, 20, || 20), Count::Quiet);
         // 5 of 8 trips, holding for 5 minutes.
-        assert_eq!(b.count(&c, Instant(1000), 1, 8, || 8), Count::Tripped { candidates: 5, until: Instant(301_000) });
+        assert_eq!(
+            b.count(&c, Instant(1000), 1, 8, || 8),
+            Count::Tripped { candidates: 5, placed: 8, until: Instant(301_000) }
+        );
         assert_eq!(b.holds(Instant(300_999)), Some(Instant(301_000)));
         assert_eq!(b.holds(Instant(301_000)), None);
     }
@@ -152,7 +163,7 @@ mod tests {
             8
         });
         assert!(asked, "10 of at most 12 could trip: the real count decides");
-        assert!(matches!(counted, Count::Tripped { candidates: 10, .. }), "{counted:?}");
+        assert!(matches!(counted, Count::Tripped { candidates: 10, placed: 8, .. }), "{counted:?}");
     }
 
     #[test]

@@ -14,11 +14,8 @@ impl State {
             return;
         }
         let records = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
-        let mut placed = None;
-        let counted =
-            self.breaker.count(&self.config, st.now, candidates, records, || *placed.insert(placed_here(&self.slots)));
-        if let Count::Tripped { candidates, until } = counted {
-            let placed = placed.expect("a trip asks how many are placed");
+        let counted = self.breaker.count(&self.config, st.now, candidates, records, || placed_here(&self.slots));
+        if let Count::Tripped { candidates, placed, until } = counted {
             st.notes.push(Note::BreakerTripped { candidates, placed, until });
         }
     }
