@@ -516,12 +516,8 @@ impl World {
                 self.exec_unpublish(node, id, (key, uid), (label_key, *remove_label), cm_key)
             }
             Op::VerifyLocal { path, .. } => {
-                let outcome = if self.nodes[node].missing_local.contains(path) {
-                    fail(&format!("{path} does not exist"))
-                } else {
-                    model_agent_core::machine::Outcome::Done
-                };
-                Some(Input::EffectDone { id, outcome })
+                let missing = self.nodes[node].missing_local.contains(path);
+                Some(Input::EffectDone { id, outcome: local_outcome(path, missing) })
             }
             Op::Download { dest, uid, .. } => self.exec_download(node, id, dest, uid),
             Op::TrashDir { uid, path, trash_name, .. } => self.exec_trash(node, id, uid, path, trash_name),
@@ -1149,4 +1145,9 @@ fn done(id: model_agent_core::EffectId) -> Input {
 
 fn fail(reason: &str) -> model_agent_core::machine::Outcome {
     model_agent_core::machine::Outcome::Failed(reason.to_string())
+}
+
+/// A `local://` check: the path is there, or it is not.
+fn local_outcome(path: &str, missing: bool) -> model_agent_core::machine::Outcome {
+    if missing { fail(&format!("{path} does not exist")) } else { model_agent_core::machine::Outcome::Done }
 }
