@@ -295,6 +295,24 @@ impl Drop for ReadOnlyMount {
     }
 }
 
+/// A ClusterBaseModel that downloads, placed on this node while the agent cannot write its
+/// models root: readiness fails naming the model, and its entry and label turn Failed. Returns
+/// the verbose readiness body and the entry's reason.
+fn place_a_download_on_an_unwritable_root(agent: &Agent, n: &str, name: &str, root: &Path) -> (String, String) {
+    let dest = root.join("hf-model");
+    apply(&model(name, n, "hf://org/repo", Some(dest.to_str().unwrap()), false));
+    wait_until("/healthz not ready", Duration::from_secs(30), || agent.get("/healthz").0 == 500);
+    let (_, body) = agent.get("/healthz?verbose");
+    assert!(body.contains(&format!("ClusterBaseModel/{name}")), "{body}");
+    let cm_key = format!("clusterbasemodel.{name}");
+    wait_until("the hf entry Failed", Duration::from_secs(30), || {
+        entries(n).get(&cm_key).is_some_and(|e| e["status"] == "Failed")
+    });
+    let reason = entries(n)[&cm_key]["reason"].as_str().unwrap_or_default().to_string();
+    assert_eq!(labels(n).get(&label_key(name)).map(String::as_str), Some("Failed"));
+    (body, reason)
+}
+
 /// Test 1, the first seed: a local:// model on a read-only models root is Ready and so is the
 /// agent. A tenant's BaseModel that must download onto it is Failed on the node and readiness
 /// stays 200 (no tenant can stall a rollout); a ClusterBaseModel that must download makes the
@@ -335,18 +353,9 @@ fn t1_read_only_models_root() {
     let (code, body) = agent.get("/healthz?verbose");
     assert_eq!(code, 200, "a tenant's BaseModel never flips readiness: {body}");
 
-    let hf_path = root.0.join("hf-model");
-    apply(&model("e2e-ro-hf", n, "hf://org/repo", Some(hf_path.to_str().unwrap()), false));
-    wait_until("/healthz not ready", Duration::from_secs(30), || agent.get("/healthz").0 == 500);
-    let (_, body) = agent.get("/healthz?verbose");
-    assert!(body.contains("read-only") && body.contains("ClusterBaseModel/e2e-ro-hf"), "{body}");
-    wait_until("hf entry Failed", Duration::from_secs(30), || {
-        entries(n).get("clusterbasemodel.e2e-ro-hf").is_some_and(|e| e["status"] == "Failed")
-    });
-    let e = entries(n);
-    let reason = e["clusterbasemodel.e2e-ro-hf"]["reason"].as_str().unwrap_or_default().to_string();
+    let (body, reason) = place_a_download_on_an_unwritable_root(&agent, n, "e2e-ro-hf", &root.0);
+    assert!(body.contains("read-only"), "{body}");
     assert!(reason.contains("read-only") && reason.contains("hf://"), "{reason}");
-    assert_eq!(labels(n).get(&label_key("e2e-ro-hf")).map(String::as_str), Some("Failed"));
     assert!(agent.stop() < Duration::from_secs(30));
     kubectl(&["delete", "clusterbasemodel", "e2e-ro-local", "e2e-ro-hf", "--wait=false"]);
     kubectl(&["-n", "e2e-tenant", "delete", "basemodel", "e2e-ro-tenant", "--wait=false"]);

@@ -5,7 +5,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use super::{Agent, apply, entries, kubectl, label_key, labels, model, node, scratch, var, wait_until};
+use super::{
+    Agent, apply, kubectl, label_key, labels, model, node, place_a_download_on_an_unwritable_root, scratch, var,
+    wait_until,
+};
 
 const AGENT_UID: u32 = 65532;
 
@@ -96,15 +99,8 @@ fn t13_the_agent_as_uid_65532() {
     let agent = files.start(n, &roots);
     wait_until("Ready with local:// only", Duration::from_secs(30), || agent.get("/healthz").0 == 200);
     assert_eq!(agent.metric("model_agent_models_root_writable"), 0.0);
-    let hf_path = roots.join("hf-model");
-    apply(&model("e2e-uid-hf", n, "hf://org/repo", Some(hf_path.to_str().unwrap()), false));
-    wait_until("unready: the root is not writable", Duration::from_secs(30), || agent.get("/healthz").0 == 500);
-    let (_, body) = agent.get("/healthz?verbose");
-    assert!(body.contains("no write permission") && body.contains("ClusterBaseModel/e2e-uid-hf"), "{body}");
-    wait_until("the hf entry Failed", Duration::from_secs(30), || {
-        entries(n).get("clusterbasemodel.e2e-uid-hf").is_some_and(|e| e["status"] == "Failed")
-    });
-    let reason = entries(n)["clusterbasemodel.e2e-uid-hf"]["reason"].as_str().unwrap_or_default().to_string();
+    let (body, reason) = place_a_download_on_an_unwritable_root(&agent, n, "e2e-uid-hf", &roots);
+    assert!(body.contains("no write permission"), "{body}");
     assert!(reason.contains("no write permission"), "{reason}");
     agent.stop();
     kubectl(&["delete", "clusterbasemodel", "e2e-uid-local", "e2e-uid-hf", "--wait=false"]);
