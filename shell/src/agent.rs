@@ -273,6 +273,8 @@ fn dispatch(ctx: &Ctx, Effect { id, op }: Effect) {
             let reason = format!("downloading {storage_uri} is not supported by this build of model-agent");
             Some(Input::EffectDone { id, outcome: Outcome::Failed(reason) })
         }),
+        // No download runs yet (see above), so there is nothing to stop.
+        Op::CancelDownload { .. } => {}
         Op::TrashDir { uid, path, trash_name, .. } => spawn(ctx, async move |c: Ctx| {
             let root = c.root.clone();
             let what = format!("moving {path} to the trash");
