@@ -141,6 +141,15 @@ impl Dest {
         self.write_synced(MANIFEST, &serde_json::to_vec(manifest).expect("a manifest serialises"))
     }
 
+    /// Removes the manifest (synced): from the first byte on, the directory is no longer that commit.
+    pub fn remove_manifest(&self) -> Result<(), DownloadError> {
+        match unlinkat(self.dir.as_fd(), MANIFEST, UnlinkatFlags::NoRemoveDir) {
+            Ok(()) => sync_dir(&self.dir, &self.rel),
+            Err(Errno::ENOENT) => Ok(()),
+            Err(e) => Err(disk_error(&format!("{}/{MANIFEST}", self.rel), e)),
+        }
+    }
+
     fn write_synced(&self, name: &str, bytes: &[u8]) -> Result<(), DownloadError> {
         write_synced_at(&self.dir, name, bytes, &self.rel)
     }

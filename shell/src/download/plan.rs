@@ -190,6 +190,10 @@ async fn prepare(
     if dest.read_marker()?.is_none() {
         dest.write_marker(&Marker { uid: job.uid.clone(), key: job.key.clone() })?;
     }
+    if !todo.is_empty() {
+        // An older commit's manifest must not vouch for a directory that is changing (mixed revisions).
+        dest.remove_manifest()?;
+    }
     todo.sort_by(|a, b| b.size_bytes.cmp(&a.size_bytes));
     let todo: Vec<_> = todo
         .into_iter()

@@ -229,6 +229,9 @@ async fn a_cancel_stops_promptly_keeps_partials_and_the_next_run_resumes() {
     assert!(took < Duration::from_secs(1), "the cancel took {took:?}");
     assert!(ended.marked && marker_uid(&root.dest()).as_deref() == Some(UID));
     assert!(partial_bytes(&root.dest()) > 0, "partial files are kept");
+    let records = std::fs::read_dir(root.dest().join(PARTIAL_DIR)).unwrap();
+    let records = records.filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".parts"));
+    assert_eq!(records.count(), 1, "the big file's parts are recorded");
     hub.faults().clear();
     finished(run(job(&root, "main"), &opts).await.0);
     assert_all_files(&hub, &root.dest(), &commit);
@@ -366,6 +369,16 @@ async fn a_hub_that_is_down_leaves_a_complete_model_finished_from_its_manifest()
     let other_sha = hub.commit_sha(REPO, "c1").unwrap();
     let ended = run(job(&root, &other_sha), &opts).await.0;
     assert!(matches!(ended.result, Err(DownloadError::Hub(HfError::Server { status: 503, .. }))));
+    hub.faults().clear();
+    let once = Options { request_attempts_max: 1, ..opts.clone() };
+    hub.faults().add(Fault::Truncate { repo: REPO.into(), path: "config.json".into(), after_bytes: 1, count: 20 });
+    assert!(run(job(&root, "old"), &once).await.0.result.is_err(), "the move to c1 is cut short");
+    hub.faults().add(Fault::ServerError { count: 10_000, status: 503, scope: Scope::All });
+    let ended = run(job(&root, "main"), &opts).await.0;
+    assert!(ended.result.is_err(), "a directory between two commits is not finished from the old manifest");
+    hub.faults().clear();
+    finished(run(job(&root, "main"), &opts).await.0);
+    hub.faults().add(Fault::ServerError { count: 10_000, status: 503, scope: Scope::All });
     std::fs::remove_file(root.dest().join("config.json")).unwrap();
     let ended = run(job(&root, "main"), &opts).await.0;
     assert!(matches!(ended.result, Err(DownloadError::Hub(HfError::Server { .. }))), "sizes no longer match");
