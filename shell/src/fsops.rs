@@ -16,7 +16,8 @@ use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat, mkdirat};
 use nix::unistd::{AccessFlags, UnlinkatFlags, access, unlinkat};
 
 /// How every directory beneath the root is opened: never through a symlink.
-pub(crate) const DIR_FLAGS: OFlag = OFlag::O_RDONLY.union(OFlag::O_DIRECTORY).union(OFlag::O_NOFOLLOW).union(OFlag::O_CLOEXEC);
+pub(crate) const DIR_FLAGS: OFlag =
+    OFlag::O_RDONLY.union(OFlag::O_DIRECTORY).union(OFlag::O_NOFOLLOW).union(OFlag::O_CLOEXEC);
 
 use model_agent_core::Uid;
 use model_agent_core::machine::{OwnedDir, RootProbe};

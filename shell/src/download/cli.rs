@@ -136,12 +136,17 @@ mod tests {
         let line = "--models-root-dir /m --dest a/b --concurrency 8 --multipart-threshold=1024 hf://o/r@v1";
         let Args { job, opts } = parse(words(line), &env).unwrap();
         assert_eq!((job.repo_id.as_str(), job.revision.as_str(), job.dest_rel.as_str()), ("o/r", "v1", "a/b"));
-        assert_eq!((opts.endpoint.as_str(), opts.files_concurrency, opts.multipart_threshold_bytes), ("http://mirror:1", 8, 1024));
+        assert_eq!(
+            (opts.endpoint.as_str(), opts.files_concurrency, opts.multipart_threshold_bytes),
+            ("http://mirror:1", 8, 1024)
+        );
         assert_eq!(job.token.as_deref(), Some("hf_x"));
         assert!(!format!("{job:?}").contains("hf_x"));
         let Args { job, opts } = parse(words("--models-root-dir /m --dest d hf://o/r"), &|_| None).unwrap();
         assert_eq!((job.revision.as_str(), opts.endpoint.as_str()), ("main", "https://huggingface.co"));
-        for bad in ["--dest d hf://o/r", "--models-root-dir /m --dest ../d hf://o/r", "--models-root-dir /m --dest d s3://b"] {
+        for bad in
+            ["--dest d hf://o/r", "--models-root-dir /m --dest ../d hf://o/r", "--models-root-dir /m --dest d s3://b"]
+        {
             assert!(parse(words(bad), &|_| None).is_err(), "{bad}");
         }
     }

@@ -88,7 +88,12 @@ pub(super) fn open_dest(root: &Path, rel: &str, create: bool) -> Result<Option<D
 }
 
 /// One directory beneath `parent`, made first when `create` (mode 0755); says whether it was made here.
-fn open_dir_at(parent: &OwnedFd, name: &str, create: bool, rel: &str) -> Result<Option<(OwnedFd, bool)>, DownloadError> {
+fn open_dir_at(
+    parent: &OwnedFd,
+    name: &str,
+    create: bool,
+    rel: &str,
+) -> Result<Option<(OwnedFd, bool)>, DownloadError> {
     let mut created = false;
     if create {
         match mkdirat(parent.as_fd(), name, Mode::from_bits_truncate(0o755)) {

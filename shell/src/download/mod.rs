@@ -22,9 +22,9 @@ mod multipart;
 mod plan;
 mod progress;
 mod retry;
-mod transfer;
 #[cfg(test)]
 mod tests;
+mod transfer;
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
@@ -129,9 +129,16 @@ pub struct Finished {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DownloadError {
     Hub(HfError),
-    NoSpace { needed_bytes: u64, free_bytes: u64, root: String },
+    NoSpace {
+        needed_bytes: u64,
+        free_bytes: u64,
+        root: String,
+    },
     /// The directory carries another model's ownership marker: nothing was written.
-    OwnedByOther { uid: String, path: String },
+    OwnedByOther {
+        uid: String,
+        path: String,
+    },
     /// The models root's filesystem is read-only.
     ReadOnly,
     Disk(String),

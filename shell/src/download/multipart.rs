@@ -18,11 +18,11 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use super::DownloadError;
 use super::disk;
 use super::progress::FileSlot;
 use super::retry::{Retry, cancelled, pause, until_cancelled};
 use super::transfer::Ctx;
-use super::DownloadError;
 use crate::hf::{self, HfError, RangeAnswer, RemoteFile};
 
 /// How often the parts' offsets are recorded while they run.

@@ -1,8 +1,8 @@
 //! One download from start to end: list the commit, decide what is already in place, check space and
 //! ownership, fetch the rest, write the manifest.
 
-use std::sync::Arc;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use futures::StreamExt;
@@ -38,12 +38,17 @@ pub(super) async fn run(
     let listing = list(&source, job, opts, cancel.clone());
     let (commit, files) = match until_cancelled(&mut cancel, listing).await? {
         Ok(listing) => listing,
-        Err(error) => return from_stored(existing.as_ref(), stored.as_ref(), job, error),
+        Err(error) => {
+            return from_stored(existing.as_ref(), stored.as_ref(), job, error)
+                .inspect(|done| set_complete(tally, done));
+        }
     };
     let same_commit = stored.as_ref().filter(|m| m.commit == commit && m.repo_id == job.repo_id);
     if let (Some(dest), Some(manifest)) = (&existing, same_commit) {
         if manifest_is(manifest, &files) && dest.sizes_match(manifest) {
-            return Ok(finished_in_place(manifest, 0));
+            let done = finished_in_place(manifest, 0);
+            set_complete(tally, &done);
+            return Ok(done);
         }
     }
     let dest = match existing {
@@ -69,6 +74,10 @@ pub(super) async fn run(
     ctx.dest.write_manifest(&manifest)?;
     let adopted_files = tally_now.kept_files;
     Ok(Finished { adopted_files, bytes_fetched: tally_now.fetched_bytes(), ..finished_in_place(&manifest, 0) })
+}
+
+fn set_complete(tally: &TallySlot, done: &Finished) {
+    tally.get_or_init(|| Arc::new(Tally::complete(done.files, done.bytes_total)));
 }
 
 /// The stored manifest of a directory this uid owns (`Some(None)`: owned, no manifest); `None` for a
@@ -104,11 +113,7 @@ async fn list(
     }
 }
 
-async fn wait_or_give_up(
-    retry: &mut Retry,
-    error: HfError,
-    cancel: &mut watch::Receiver<bool>,
-) -> Result<(), HfError> {
+async fn wait_or_give_up(retry: &mut Retry, error: HfError, cancel: &mut watch::Receiver<bool>) -> Result<(), HfError> {
     let wait = retry.next_wait(&error, false).ok_or_else(|| error.clone())?;
     // A cancel during the wait is seen by the caller's own `until_cancelled`.
     let _ = pause(cancel, wait).await;
@@ -198,7 +203,8 @@ async fn prepare(
     let todo: Vec<_> = todo
         .into_iter()
         .map(|file| {
-            let slot = FileSlot { size_bytes: file.size_bytes, meter: Default::default(), placed: AtomicBool::new(false) };
+            let slot =
+                FileSlot { size_bytes: file.size_bytes, meter: Default::default(), placed: AtomicBool::new(false) };
             (file, Arc::new(slot))
         })
         .collect();

@@ -26,6 +26,11 @@ pub(super) struct Tally {
 }
 
 impl Tally {
+    /// A download found complete: everything counts as done.
+    pub fn complete(total_files: u64, total_bytes: u64) -> Tally {
+        Tally { total_bytes, total_files, kept_bytes: total_bytes, kept_files: total_files, slots: Vec::new() }
+    }
+
     pub fn fetched_bytes(&self) -> u64 {
         self.slots.iter().map(|s| s.meter.fetched_bytes.load(Ordering::Relaxed)).sum()
     }
@@ -58,7 +63,13 @@ impl Reporter {
 
     pub fn report(&mut self, tally: Option<&Tally>) -> Progress {
         let Some(tally) = tally else {
-            return Progress { total_bytes: 0, completed_bytes: 0, total_files: 0, completed_files: 0, bytes_per_sec: 0.0 };
+            return Progress {
+                total_bytes: 0,
+                completed_bytes: 0,
+                total_files: 0,
+                completed_files: 0,
+                bytes_per_sec: 0.0,
+            };
         };
         let now = Instant::now();
         let fetched = tally.fetched_bytes();

@@ -65,7 +65,8 @@ fn retriable(error: &HfError) -> bool {
 /// A random wait in `0..below_ms` (the std hasher's random keys; no generator to carry around).
 fn jitter_ms(below_ms: u64) -> u64 {
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    hasher
+        .write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
     hasher.finish() % below_ms.max(1)
 }
 

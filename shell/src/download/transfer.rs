@@ -85,7 +85,9 @@ async fn fetch_one(
         match multipart::fetch(&ctx, &file, &name, &slot, &mut stop).await {
             Ok(Multipart::Verified) => verified = true,
             Ok(Multipart::RangeIgnored) => break,
-            Err(DownloadError::Hub(HfError::Integrity { .. })) if integrity_failures + 1 < opts.request_attempts_max => {
+            Err(DownloadError::Hub(HfError::Integrity { .. }))
+                if integrity_failures + 1 < opts.request_attempts_max =>
+            {
                 integrity_failures += 1;
             }
             Err(error) => return Err(error),

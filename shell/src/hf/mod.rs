@@ -17,9 +17,9 @@ use std::fmt;
 pub use error::HfError;
 pub use fetch::{Meter, fetch_file};
 pub use hashing::{FileHash, file_matches};
-pub use ranged::{RangeAnswer, fetch_range};
 pub use listing::RemoteFile;
 pub use paths::{check_repo_id, check_repo_path, is_commit_sha};
+pub use ranged::{RangeAnswer, fetch_range};
 
 /// A Hub endpoint and the token for it (sent to that origin only).
 #[derive(Clone)]
