@@ -3,6 +3,9 @@
 //! metrics, and records traces. All decisions are the core's.
 
 mod agent;
+// The hf:// download engine: the `download` subcommand uses it; the agent's Op::Download does not yet.
+#[allow(dead_code)]
+mod download;
 mod fsgate;
 mod fsops;
 // The hf:// client, not wired into the agent yet.
@@ -36,6 +39,11 @@ USAGE: model-agent [FLAGS]     (env NODE_NAME is required)
        model-agent inspect DIR [--annotations k=v ...]
                                print the metadata `config` the agent would publish for DIR
                                and the spec fields it would fill, as JSON
+       model-agent download --models-root-dir ROOT --dest REL [--uid U] [--concurrency N]
+                            [--multipart-concurrency N] [--multipart-threshold BYTES] hf://org/repo[@rev]
+                               download one model into ROOT/REL (endpoint from HF_ENDPOINT, else
+                               ENDPOINT; token from HF_TOKEN); progress on stderr, a JSON line
+                               {commit, files, bytes_total, bytes_fetched, seconds} on stdout
 
   --port N                         health and metrics port (8080)
   --metrics-bind-address IP        address the health and metrics server binds (0.0.0.0, every
@@ -172,6 +180,9 @@ fn main() -> ExitCode {
     // A subcommand only as the first word: every other first word stays a flag, as before.
     if args.first().is_some_and(|a| a == "inspect") {
         return run_inspect(args.split_off(1));
+    }
+    if args.first().is_some_and(|a| a == "download") {
+        return download::run_download_command(args.split_off(1));
     }
     let cli = match parse_cli(args) {
         Ok(c) => c,

@@ -8,16 +8,18 @@ mod hashing;
 mod http;
 mod listing;
 mod paths;
+mod ranged;
 #[cfg(test)]
 mod tests;
 
 use std::fmt;
 
 pub use error::HfError;
-pub use fetch::fetch_file;
-pub use hashing::FileHash;
+pub use fetch::{Meter, fetch_file};
+pub use hashing::{FileHash, file_matches};
 pub use listing::RemoteFile;
 pub use paths::{check_repo_id, check_repo_path, is_commit_sha};
+pub use ranged::{RangeAnswer, fetch_range};
 
 /// A Hub endpoint and the token for it (sent to that origin only).
 #[derive(Clone)]
