@@ -142,6 +142,8 @@ pub enum DownloadError {
     /// The models root's filesystem is read-only.
     ReadOnly,
     Disk(String),
+    /// The token could not be read (the model's Secret, or the model itself).
+    Credentials(String),
     Cancelled,
 }
 
@@ -189,6 +191,7 @@ impl fmt::Display for DownloadError {
             }
             DownloadError::ReadOnly => write!(f, "the models root is on a read-only filesystem"),
             DownloadError::Disk(reason) => write!(f, "disk: {reason}"),
+            DownloadError::Credentials(reason) => write!(f, "{reason}"),
             DownloadError::Cancelled => write!(f, "download cancelled"),
         }
     }
