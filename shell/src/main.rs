@@ -4,7 +4,6 @@
 
 mod agent;
 // The hf:// download engine: the `download` subcommand uses it; the agent's Op::Download does not yet.
-#[allow(dead_code)]
 mod download;
 mod fsgate;
 mod fsops;

@@ -105,9 +105,20 @@ fn open_dir_at(
     match openat(parent.as_fd(), name, DIR_FLAGS, Mode::empty()) {
         Ok(fd) => Ok(Some((fd, created))),
         Err(Errno::ENOENT) if !create => Ok(None),
+        Err(Errno::ENOTDIR | Errno::ELOOP) if is_symlink(parent, name) => {
+            Err(DownloadError::Disk(format!("{rel}: {name:?} is a symlink (never followed)")))
+        }
         Err(Errno::ENOTDIR) => Err(DownloadError::Disk(format!("{rel}: {name:?} is not a directory"))),
         Err(e) => Err(disk_error(&format!("{rel}: {name:?}"), e)),
     }
+}
+
+fn is_symlink(parent: &OwnedFd, name: &str) -> bool {
+    let stat = fstatat(parent.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW);
+    stat.is_ok_and(|st| {
+        nix::sys::stat::SFlag::from_bits_truncate(st.st_mode) & nix::sys::stat::SFlag::S_IFMT
+            == nix::sys::stat::SFlag::S_IFLNK
+    })
 }
 
 impl Dest {

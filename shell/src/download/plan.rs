@@ -44,12 +44,13 @@ pub(super) async fn run(
         }
     };
     let same_commit = stored.as_ref().filter(|m| m.commit == commit && m.repo_id == job.repo_id);
-    if let (Some(dest), Some(manifest)) = (&existing, same_commit) {
-        if manifest_is(manifest, &files) && dest.sizes_match(manifest) {
-            let done = finished_in_place(manifest, 0);
-            set_complete(tally, &done);
-            return Ok(done);
-        }
+    if let (Some(dest), Some(manifest)) = (&existing, same_commit)
+        && manifest_is(manifest, &files)
+        && dest.sizes_match(manifest)
+    {
+        let done = finished_in_place(manifest, 0);
+        set_complete(tally, &done);
+        return Ok(done);
     }
     let dest = match existing {
         Some(dest) => dest,
@@ -199,7 +200,7 @@ async fn prepare(
         // An older commit's manifest must not vouch for a directory that is changing (mixed revisions).
         dest.remove_manifest()?;
     }
-    todo.sort_by(|a, b| b.size_bytes.cmp(&a.size_bytes));
+    todo.sort_by_key(|file| std::cmp::Reverse(file.size_bytes));
     let todo: Vec<_> = todo
         .into_iter()
         .map(|file| {

@@ -131,7 +131,10 @@ fn marker_uid(dest: &Path) -> Option<String> {
 async fn a_full_download_places_every_file_verified_with_marker_and_manifest() {
     let (hub, root) = (hub(), Root::new("full"));
     let commit = hub.commit_sha(REPO, "c2").unwrap();
+    let started = Instant::now();
     let (ended, reports) = run(job(&root, "main"), &opts(&hub)).await;
+    let periods = started.elapsed().as_millis() as usize / opts(&hub).progress_period_ms as usize;
+    assert!(!reports.is_empty() && reports.len() <= periods + 1, "{} reports in {periods} periods", reports.len());
     let done = finished(ended);
     assert_eq!(done.commit, commit);
     assert_eq!(done.files, hub.paths(REPO, &commit).unwrap().len() as u64);
@@ -392,6 +395,37 @@ async fn a_hub_that_is_down_leaves_a_complete_model_finished_from_its_manifest()
     std::fs::remove_file(root.dest().join("config.json")).unwrap();
     let ended = run(job(&root, "main"), &opts).await.0;
     assert!(matches!(ended.result, Err(DownloadError::Hub(HfError::Server { .. }))), "sizes no longer match");
+}
+
+#[tokio::test]
+async fn symlinks_in_the_destination_are_never_followed() {
+    let (hub, root) = (hub(), Root::new("symlinks"));
+    let outside = root.0.join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("precious"), "keep").unwrap();
+    std::fs::create_dir_all(root.dest()).unwrap();
+    std::os::unix::fs::symlink(outside.join("precious"), root.dest().join("config.json")).unwrap();
+    std::os::unix::fs::symlink(&outside, root.dest().join("sub")).unwrap();
+    let ended = run(job(&root, "main"), &opts(&hub)).await.0;
+    let Err(DownloadError::Disk(reason)) = &ended.result else { panic!("{:?}", ended.result) };
+    assert!(reason.contains("symlink"), "{reason}");
+    std::fs::remove_file(root.dest().join("sub")).unwrap();
+    finished(run(job(&root, "main"), &opts(&hub)).await.0);
+    assert!(!root.dest().join("config.json").is_symlink(), "a symlink at a file's name is replaced, not followed");
+    assert_eq!(std::fs::read_to_string(outside.join("precious")).unwrap(), "keep");
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1, "nothing was written outside");
+    std::fs::remove_dir_all(root.dest()).unwrap();
+    std::os::unix::fs::symlink(&outside, root.dest()).unwrap();
+    let ended = run(job(&root, "main"), &opts(&hub)).await.0;
+    assert!(matches!(ended.result, Err(DownloadError::Disk(_))) && !ended.marked, "{:?}", ended.result);
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1, "a symlinked destination is refused");
+}
+
+#[test]
+fn a_read_only_filesystem_is_its_own_error() {
+    assert_eq!(disk::disk_error("models/m", nix::errno::Errno::EROFS), DownloadError::ReadOnly);
+    let other = disk::disk_error("models/m", nix::errno::Errno::EACCES);
+    assert!(matches!(&other, DownloadError::Disk(reason) if reason.starts_with("models/m: ")), "{other:?}");
 }
 
 #[test]
