@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use futures::StreamExt;
 use tokio::sync::watch;
+use tokio::task::JoinSet;
 
 use super::disk::{self, Dest, Manifest, ManifestFile};
 use super::progress::{FileSlot, Tally};
@@ -214,7 +214,8 @@ async fn prepare(
 }
 
 /// For each file, whether it is in place: listed with its size in this uid's manifest of the same commit
-/// and of that size on disk (no hashing), or of the right size and hash (read once; adoption).
+/// and of that size on disk (no hashing), or of the right size and hash (read once, `files_concurrency`
+/// at once; adoption).
 async fn files_in_place(
     dest: &Dest,
     files: &[RemoteFile],
@@ -224,31 +225,39 @@ async fn files_in_place(
 ) -> Result<Vec<bool>, DownloadError> {
     let trusted_sizes: HashMap<&str, u64> =
         trusted.iter().flat_map(|m| m.files.iter()).map(|f| (f.path.as_str(), f.size)).collect();
-    let checks = files.iter().map(|file| {
-        let on_disk = dest.open_existing(&file.path);
-        let trusted = trusted_sizes.get(file.path.as_str()) == Some(&file.size_bytes);
-        let (file, cancel) = (file.clone(), cancel.clone());
-        async move {
-            let Some(on_disk) = on_disk else { return Ok(false) };
-            if on_disk.metadata().map(|m| m.len()).ok() != Some(file.size_bytes) {
-                return Ok(false);
-            }
-            if trusted {
-                return Ok(true);
-            }
-            let stop = move || *cancel.borrow();
-            let hashed = tokio::task::spawn_blocking(move || hf::file_matches(&on_disk, &file, &stop)).await;
-            match hashed {
-                Ok(Ok(matches)) => Ok(matches),
-                Ok(Err(error)) if error.kind() == std::io::ErrorKind::Interrupted => Err(DownloadError::Cancelled),
-                Ok(Err(error)) => Err(DownloadError::Disk(format!("reading a file to adopt: {error}"))),
-                Err(error) => Err(DownloadError::Disk(format!("hashing a file to adopt: {error}"))),
-            }
+    let mut in_place = vec![false; files.len()];
+    let mut hashing = JoinSet::new();
+    for (index, file) in files.iter().enumerate() {
+        let Some(on_disk) = dest.open_existing(&file.path) else { continue };
+        if on_disk.metadata().map(|m| m.len()).ok() != Some(file.size_bytes) {
+            continue;
         }
-    });
-    let results: Vec<Result<bool, DownloadError>> =
-        futures::stream::iter(checks).buffered(opts.files_concurrency.max(1)).collect().await;
-    results.into_iter().collect()
+        if trusted_sizes.get(file.path.as_str()) == Some(&file.size_bytes) {
+            in_place[index] = true;
+            continue;
+        }
+        while hashing.len() >= opts.files_concurrency.max(1) {
+            take_hashed(&mut hashing, &mut in_place).await?;
+        }
+        let (file, cancel) = (file.clone(), cancel.clone());
+        hashing.spawn_blocking(move || (index, hf::file_matches(&on_disk, &file, &|| *cancel.borrow())));
+    }
+    while !hashing.is_empty() {
+        take_hashed(&mut hashing, &mut in_place).await?;
+    }
+    Ok(in_place)
+}
+
+type Hashed = (usize, std::io::Result<bool>);
+
+async fn take_hashed(hashing: &mut JoinSet<Hashed>, in_place: &mut [bool]) -> Result<(), DownloadError> {
+    let Some(joined) = hashing.join_next().await else { return Ok(()) };
+    match joined.map_err(|e| DownloadError::Disk(format!("hashing a file to adopt: {e}")))? {
+        (index, Ok(matches)) => in_place[index] = matches,
+        (_, Err(error)) if error.kind() == std::io::ErrorKind::Interrupted => return Err(DownloadError::Cancelled),
+        (_, Err(error)) => return Err(DownloadError::Disk(format!("reading a file to adopt: {error}"))),
+    }
+    Ok(())
 }
 
 /// Free space ≥ the bytes still to fetch (less what partial files already hold) plus 1 %.

@@ -437,3 +437,13 @@ fn reasons_never_hold_the_token_and_slow_retries_are_five_minutes() {
     let space = DownloadError::NoSpace { needed_bytes: 3 << 30, free_bytes: 1 << 29, root: "/mnt/models".into() };
     assert_eq!(space.reason(), "needs 3.0 GiB, 0.5 GiB free on /mnt/models");
 }
+
+#[test]
+fn the_download_future_can_be_spawned() {
+    fn spawnable<T: Send + 'static>(_: &T) {}
+    let opts = Box::leak(Box::new(Options::default()));
+    let report: &'static mut (dyn FnMut(Progress) + Send) = Box::leak(Box::new(|_: Progress| {}));
+    let root = Root::new("send");
+    let work = download(job(&root, "main"), opts, report, watch::channel(false).1);
+    spawnable(&work);
+}
