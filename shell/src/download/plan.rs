@@ -267,7 +267,7 @@ fn check_space(dest: &Dest, todo: &[RemoteFile]) -> Result<(), DownloadError> {
     }
     let partial_dir = dest.existing_partial_dir();
     let held = |file: &RemoteFile| match &partial_dir {
-        Some(dir) => disk::partial_allocated_bytes(dir, &disk::partial_name(&file.path)),
+        Some(dir) => disk::partial_allocated_bytes(dir, &disk::partial_name(file)),
         None => 0,
     };
     let left: u64 = todo.iter().map(|file| file.size_bytes.saturating_sub(held(file))).sum();

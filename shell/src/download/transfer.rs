@@ -76,7 +76,7 @@ async fn fetch_one(
     slot: Arc<FileSlot>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), DownloadError> {
-    let name = disk::partial_name(&file.path);
+    let name = disk::partial_name(&file);
     let opts = &ctx.opts;
     // A file smaller than its part count (an empty one, under a tiny threshold) goes in one stream.
     let in_parts = file.size_bytes >= opts.multipart_threshold_bytes
