@@ -56,8 +56,9 @@ pub(super) async fn run(
         Some(dest) => dest,
         None => disk::open_dest(&job.root, &job.dest_rel, true)?.expect("created"),
     };
-    let prepared = prepare(&dest, &files, same_commit, job, opts, &mut cancel).await;
-    let (todo, tally_now) = match prepared {
+    let tally = tally.get_or_init(|| Arc::new(Tally::new(&files))).clone();
+    let prepared = prepare(&dest, &files, same_commit, job, opts, &tally, &mut cancel).await;
+    let todo = match prepared {
         Ok(prepared) => prepared,
         Err(error) => {
             if !*marked {
@@ -67,14 +68,13 @@ pub(super) async fn run(
         }
     };
     *marked = true;
-    let tally_now = tally.get_or_init(|| Arc::new(tally_now)).clone();
     let ctx = Arc::new(Ctx::new(source, job, &commit, opts, dest)?);
     transfer::fetch_all(ctx.clone(), todo, cancel).await?;
     let manifest = manifest_of(job, &commit, &files);
     ctx.dest.remove_partial_dir()?;
     ctx.dest.write_manifest(&manifest)?;
-    let adopted_files = tally_now.kept_files;
-    Ok(Finished { adopted_files, bytes_fetched: tally_now.fetched_bytes(), ..finished_in_place(&manifest, 0) })
+    let adopted_files = tally.kept_files.load(std::sync::atomic::Ordering::Relaxed);
+    Ok(Finished { adopted_files, bytes_fetched: tally.fetched_bytes(), ..finished_in_place(&manifest, 0) })
 }
 
 fn set_complete(tally: &TallySlot, done: &Finished) {
@@ -174,24 +174,13 @@ async fn prepare(
     trusted: Option<&Manifest>,
     job: &Job,
     opts: &Options,
+    tally: &Tally,
     cancel: &mut watch::Receiver<bool>,
-) -> Result<(Vec<(RemoteFile, Arc<FileSlot>)>, Tally), DownloadError> {
-    let checks = files_in_place(dest, files, trusted, opts, cancel.clone());
+) -> Result<Vec<(RemoteFile, Arc<FileSlot>)>, DownloadError> {
+    let checks = files_in_place(dest, files, trusted, opts, tally, cancel.clone());
     let in_place = until_cancelled(cancel, checks).await??;
-    let mut tally = Tally {
-        total_bytes: files.iter().map(|f| f.size_bytes).sum(),
-        total_files: files.len() as u64,
-        ..Tally::default()
-    };
-    let mut todo = Vec::new();
-    for (file, kept) in files.iter().zip(in_place) {
-        if kept {
-            tally.kept_bytes += file.size_bytes;
-            tally.kept_files += 1;
-        } else {
-            todo.push(file.clone());
-        }
-    }
+    let mut todo: Vec<RemoteFile> =
+        files.iter().zip(in_place).filter(|(_, kept)| !kept).map(|(file, _)| file.clone()).collect();
     check_space(dest, &todo)?;
     if dest.read_marker()?.is_none() {
         dest.write_marker(&Marker { uid: job.uid.clone(), key: job.key.clone() })?;
@@ -209,8 +198,8 @@ async fn prepare(
             (file, Arc::new(slot))
         })
         .collect();
-    tally.slots = todo.iter().map(|(_, slot)| slot.clone()).collect();
-    Ok((todo, tally))
+    let _ = tally.slots.set(todo.iter().map(|(_, slot)| slot.clone()).collect());
+    Ok(todo)
 }
 
 /// For each file, whether it is in place: listed with its size in this uid's manifest of the same commit
@@ -221,6 +210,7 @@ async fn files_in_place(
     files: &[RemoteFile],
     trusted: Option<&Manifest>,
     opts: &Options,
+    tally: &Tally,
     cancel: watch::Receiver<bool>,
 ) -> Result<Vec<bool>, DownloadError> {
     let trusted_sizes: HashMap<&str, u64> =
@@ -234,26 +224,36 @@ async fn files_in_place(
         }
         if trusted_sizes.get(file.path.as_str()) == Some(&file.size_bytes) {
             in_place[index] = true;
+            tally.keep(file);
             continue;
         }
         while hashing.len() >= opts.files_concurrency.max(1) {
-            take_hashed(&mut hashing, &mut in_place).await?;
+            take_hashed(&mut hashing, &mut in_place, files, tally).await?;
         }
         let (file, cancel) = (file.clone(), cancel.clone());
         hashing.spawn_blocking(move || (index, hf::file_matches(&on_disk, &file, &|| *cancel.borrow())));
     }
     while !hashing.is_empty() {
-        take_hashed(&mut hashing, &mut in_place).await?;
+        take_hashed(&mut hashing, &mut in_place, files, tally).await?;
     }
     Ok(in_place)
 }
 
 type Hashed = (usize, std::io::Result<bool>);
 
-async fn take_hashed(hashing: &mut JoinSet<Hashed>, in_place: &mut [bool]) -> Result<(), DownloadError> {
+async fn take_hashed(
+    hashing: &mut JoinSet<Hashed>,
+    in_place: &mut [bool],
+    files: &[RemoteFile],
+    tally: &Tally,
+) -> Result<(), DownloadError> {
     let Some(joined) = hashing.join_next().await else { return Ok(()) };
     match joined.map_err(|e| DownloadError::Disk(format!("hashing a file to adopt: {e}")))? {
-        (index, Ok(matches)) => in_place[index] = matches,
+        (index, Ok(true)) => {
+            in_place[index] = true;
+            tally.keep(&files[index]);
+        }
+        (_, Ok(false)) => {}
         (_, Err(error)) if error.kind() == std::io::ErrorKind::Interrupted => return Err(DownloadError::Cancelled),
         (_, Err(error)) => return Err(DownloadError::Disk(format!("reading a file to adopt: {error}"))),
     }
