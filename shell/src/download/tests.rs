@@ -353,6 +353,27 @@ async fn a_big_file_comes_in_ranged_parts_or_in_one_stream_when_ranges_are_ignor
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_parts_resume_in_the_same_run_and_a_wrong_whole_is_fetched_again() {
+    let hub = hub();
+    let commit = hub.commit_sha(REPO, "c2").unwrap();
+    let opts = Options { multipart_threshold_bytes: 2 << 20, stall_timeout_ms: 300, ..opts(&hub) };
+    let stall = Fault::Stall { repo: REPO.into(), path: BIG.into(), after_bytes: 100_000, stall_ms: 30_000, count: 4 };
+    hub.faults().add(stall);
+    let root = Root::new("parts-stalled");
+    finished(run(job(&root, "main"), &opts).await.0);
+    assert_all_files(&hub, &root.dest(), &commit);
+    let served = hub.bytes_served(REPO, BIG);
+    assert!(served <= BIG_BYTES + BIG_BYTES / 10, "served {served} for {BIG_BYTES}");
+    hub.clear_requests();
+    // Every part's body is marked corrupt; only the part holding the middle byte has it flipped.
+    hub.faults().add(Fault::Corrupt { repo: REPO.into(), path: BIG.into(), count: 4 });
+    let root = Root::new("parts-corrupt");
+    finished(run(job(&root, "main"), &opts).await.0);
+    assert_all_files(&hub, &root.dest(), &commit);
+    assert_eq!(hub.bytes_served(REPO, BIG), 2 * BIG_BYTES, "the parts are hashed as a whole, then fetched again");
+}
+
 #[tokio::test]
 async fn rate_limits_are_waited_out_as_retry_after_says() {
     let (hub, root) = (hub(), Root::new("429"));
