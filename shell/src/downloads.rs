@@ -117,12 +117,7 @@ async fn run(c: &Ctx, request: &Request, cancel: watch::Receiver<bool>) -> Ended
         token,
     };
     let (options, outcomes, id) = (c.downloads.options.clone(), c.outcomes.clone(), request.id);
-    // Polled on a blocking thread of the download runtime: the engine's future holds borrows that
-    // rustc cannot prove `Send` for every lifetime (rust-lang/rust#102211), so it is not spawned.
-    let runtime = c.downloads.runtime.clone();
-    let work = c.downloads.runtime.spawn_blocking(move || {
-        runtime.block_on(download_reporting(job, options, (outcomes, id), cancel))
-    });
+    let work = c.downloads.runtime.spawn(download_reporting(job, options, (outcomes, id), cancel));
     work.await.unwrap_or_else(|e| failed(format!("the download task ended abnormally: {e}")))
 }
 

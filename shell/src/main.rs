@@ -245,8 +245,7 @@ fn main() -> ExitCode {
         .expect("a tokio runtime");
     let download_runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(DOWNLOAD_THREADS)
-        // One thread polls each download (at most --num-download-worker), plus file work.
-        .max_blocking_threads(cli.fetch_workers + BLOCKING_THREADS_MAX)
+        .max_blocking_threads(BLOCKING_THREADS_MAX)
         .thread_name("download")
         .enable_all()
         .build()

@@ -16,6 +16,7 @@ use sha2::{Digest, Sha256};
 
 use super::DownloadError;
 use crate::fsops::{self, DIR_FLAGS, MARKER, Marker};
+use crate::hf::RemoteFile;
 
 /// Partial files, beneath the destination (same filesystem as their final place).
 pub(super) const PARTIAL_DIR: &str = ".model-agent-partial";
@@ -105,9 +106,20 @@ fn open_dir_at(
     match openat(parent.as_fd(), name, DIR_FLAGS, Mode::empty()) {
         Ok(fd) => Ok(Some((fd, created))),
         Err(Errno::ENOENT) if !create => Ok(None),
+        Err(Errno::ENOTDIR | Errno::ELOOP) if is_symlink(parent, name) => {
+            Err(DownloadError::Disk(format!("{rel}: {name:?} is a symlink (never followed)")))
+        }
         Err(Errno::ENOTDIR) => Err(DownloadError::Disk(format!("{rel}: {name:?} is not a directory"))),
         Err(e) => Err(disk_error(&format!("{rel}: {name:?}"), e)),
     }
+}
+
+fn is_symlink(parent: &OwnedFd, name: &str) -> bool {
+    let stat = fstatat(parent.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW);
+    stat.is_ok_and(|st| {
+        nix::sys::stat::SFlag::from_bits_truncate(st.st_mode) & nix::sys::stat::SFlag::S_IFMT
+            == nix::sys::stat::SFlag::S_IFLNK
+    })
 }
 
 impl Dest {
@@ -245,10 +257,14 @@ fn sync_dir(dir: &OwnedFd, what: &str) -> Result<(), DownloadError> {
     File::from(dup).sync_all().map_err(|e| io_error(what, e))
 }
 
-/// A partial file's name: a hash of its repo path, so a hostile or deep path never becomes a name.
-pub(super) fn partial_name(path: &str) -> String {
-    let digest = Sha256::digest(path.as_bytes());
-    digest.iter().take(20).map(|b| format!("{b:02x}")).collect()
+/// A partial file's name: a hash of its repo path and expected content, so a hostile or deep path never
+/// becomes a name, and a file that changed between commits never resumes the other content's bytes.
+pub(super) fn partial_name(file: &RemoteFile) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(file.path.as_bytes());
+    hasher.update([0]);
+    hasher.update(file.hash.expected_hex().as_bytes());
+    hasher.finalize().iter().take(20).map(|b| format!("{b:02x}")).collect()
 }
 
 /// Opens (or creates) a file in the partial directory for reading and writing, never through a symlink.

@@ -148,8 +148,10 @@ pub enum DownloadError {
 }
 
 /// Gated, unauthorised and not-found repos wait this long: a person has to act first.
+#[allow(dead_code, reason = "read by the agent's Op::Download once it is wired")]
 const RETRY_SLOWLY_MS: u64 = 300_000;
 
+#[allow(dead_code, reason = "the hints are read by the agent's Op::Download once it is wired")]
 impl DownloadError {
     /// One line a user can act on.
     pub fn reason(&self) -> String {
@@ -209,6 +211,7 @@ impl From<HfError> for DownloadError {
 #[derive(Debug)]
 pub struct Ended {
     /// This uid's marker is in the destination: the directory is this uid's to trash.
+    #[allow(dead_code, reason = "read by the agent's Op::Download once it is wired")]
     pub marked: bool,
     pub result: Result<Finished, DownloadError>,
 }

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use futures::StreamExt;
 use tokio::sync::watch;
+use tokio::task::JoinSet;
 
 use super::disk::{self, Dest, Manifest, ManifestFile};
 use super::progress::{FileSlot, Tally};
@@ -44,19 +44,21 @@ pub(super) async fn run(
         }
     };
     let same_commit = stored.as_ref().filter(|m| m.commit == commit && m.repo_id == job.repo_id);
-    if let (Some(dest), Some(manifest)) = (&existing, same_commit) {
-        if manifest_is(manifest, &files) && dest.sizes_match(manifest) {
-            let done = finished_in_place(manifest, 0);
-            set_complete(tally, &done);
-            return Ok(done);
-        }
+    if let (Some(dest), Some(manifest)) = (&existing, same_commit)
+        && manifest_is(manifest, &files)
+        && dest.sizes_match(manifest)
+    {
+        let done = finished_in_place(manifest, 0);
+        set_complete(tally, &done);
+        return Ok(done);
     }
     let dest = match existing {
         Some(dest) => dest,
         None => disk::open_dest(&job.root, &job.dest_rel, true)?.expect("created"),
     };
-    let prepared = prepare(&dest, &files, same_commit, job, opts, &mut cancel).await;
-    let (todo, tally_now) = match prepared {
+    let tally = tally.get_or_init(|| Arc::new(Tally::new(&files))).clone();
+    let prepared = prepare(&dest, &files, same_commit, job, opts, &tally, &mut cancel).await;
+    let todo = match prepared {
         Ok(prepared) => prepared,
         Err(error) => {
             if !*marked {
@@ -66,14 +68,13 @@ pub(super) async fn run(
         }
     };
     *marked = true;
-    let tally_now = tally.get_or_init(|| Arc::new(tally_now)).clone();
     let ctx = Arc::new(Ctx::new(source, job, &commit, opts, dest)?);
     transfer::fetch_all(ctx.clone(), todo, cancel).await?;
     let manifest = manifest_of(job, &commit, &files);
     ctx.dest.remove_partial_dir()?;
     ctx.dest.write_manifest(&manifest)?;
-    let adopted_files = tally_now.kept_files;
-    Ok(Finished { adopted_files, bytes_fetched: tally_now.fetched_bytes(), ..finished_in_place(&manifest, 0) })
+    let adopted_files = tally.kept_files.load(std::sync::atomic::Ordering::Relaxed);
+    Ok(Finished { adopted_files, bytes_fetched: tally.fetched_bytes(), ..finished_in_place(&manifest, 0) })
 }
 
 fn set_complete(tally: &TallySlot, done: &Finished) {
@@ -173,24 +174,13 @@ async fn prepare(
     trusted: Option<&Manifest>,
     job: &Job,
     opts: &Options,
+    tally: &Tally,
     cancel: &mut watch::Receiver<bool>,
-) -> Result<(Vec<(RemoteFile, Arc<FileSlot>)>, Tally), DownloadError> {
-    let checks = files_in_place(dest, files, trusted, opts, cancel.clone());
+) -> Result<Vec<(RemoteFile, Arc<FileSlot>)>, DownloadError> {
+    let checks = files_in_place(dest, files, trusted, opts, tally, cancel.clone());
     let in_place = until_cancelled(cancel, checks).await??;
-    let mut tally = Tally {
-        total_bytes: files.iter().map(|f| f.size_bytes).sum(),
-        total_files: files.len() as u64,
-        ..Tally::default()
-    };
-    let mut todo = Vec::new();
-    for (file, kept) in files.iter().zip(in_place) {
-        if kept {
-            tally.kept_bytes += file.size_bytes;
-            tally.kept_files += 1;
-        } else {
-            todo.push(file.clone());
-        }
-    }
+    let mut todo: Vec<RemoteFile> =
+        files.iter().zip(in_place).filter(|(_, kept)| !kept).map(|(file, _)| file.clone()).collect();
     check_space(dest, &todo)?;
     if dest.read_marker()?.is_none() {
         dest.write_marker(&Marker { uid: job.uid.clone(), key: job.key.clone() })?;
@@ -199,7 +189,7 @@ async fn prepare(
         // An older commit's manifest must not vouch for a directory that is changing (mixed revisions).
         dest.remove_manifest()?;
     }
-    todo.sort_by(|a, b| b.size_bytes.cmp(&a.size_bytes));
+    todo.sort_by_key(|file| std::cmp::Reverse(file.size_bytes));
     let todo: Vec<_> = todo
         .into_iter()
         .map(|file| {
@@ -208,46 +198,66 @@ async fn prepare(
             (file, Arc::new(slot))
         })
         .collect();
-    tally.slots = todo.iter().map(|(_, slot)| slot.clone()).collect();
-    Ok((todo, tally))
+    let _ = tally.slots.set(todo.iter().map(|(_, slot)| slot.clone()).collect());
+    Ok(todo)
 }
 
 /// For each file, whether it is in place: listed with its size in this uid's manifest of the same commit
-/// and of that size on disk (no hashing), or of the right size and hash (read once; adoption).
+/// and of that size on disk (no hashing), or of the right size and hash (read once, `files_concurrency`
+/// at once; adoption).
 async fn files_in_place(
     dest: &Dest,
     files: &[RemoteFile],
     trusted: Option<&Manifest>,
     opts: &Options,
+    tally: &Tally,
     cancel: watch::Receiver<bool>,
 ) -> Result<Vec<bool>, DownloadError> {
     let trusted_sizes: HashMap<&str, u64> =
         trusted.iter().flat_map(|m| m.files.iter()).map(|f| (f.path.as_str(), f.size)).collect();
-    let checks = files.iter().map(|file| {
-        let on_disk = dest.open_existing(&file.path);
-        let trusted = trusted_sizes.get(file.path.as_str()) == Some(&file.size_bytes);
-        let (file, cancel) = (file.clone(), cancel.clone());
-        async move {
-            let Some(on_disk) = on_disk else { return Ok(false) };
-            if on_disk.metadata().map(|m| m.len()).ok() != Some(file.size_bytes) {
-                return Ok(false);
-            }
-            if trusted {
-                return Ok(true);
-            }
-            let stop = move || *cancel.borrow();
-            let hashed = tokio::task::spawn_blocking(move || hf::file_matches(&on_disk, &file, &stop)).await;
-            match hashed {
-                Ok(Ok(matches)) => Ok(matches),
-                Ok(Err(error)) if error.kind() == std::io::ErrorKind::Interrupted => Err(DownloadError::Cancelled),
-                Ok(Err(error)) => Err(DownloadError::Disk(format!("reading a file to adopt: {error}"))),
-                Err(error) => Err(DownloadError::Disk(format!("hashing a file to adopt: {error}"))),
-            }
+    let mut in_place = vec![false; files.len()];
+    let mut hashing = JoinSet::new();
+    for (index, file) in files.iter().enumerate() {
+        let Some(on_disk) = dest.open_existing(&file.path) else { continue };
+        if on_disk.metadata().map(|m| m.len()).ok() != Some(file.size_bytes) {
+            continue;
         }
-    });
-    let results: Vec<Result<bool, DownloadError>> =
-        futures::stream::iter(checks).buffered(opts.files_concurrency.max(1)).collect().await;
-    results.into_iter().collect()
+        if trusted_sizes.get(file.path.as_str()) == Some(&file.size_bytes) {
+            in_place[index] = true;
+            tally.keep(file);
+            continue;
+        }
+        while hashing.len() >= opts.files_concurrency.max(1) {
+            take_hashed(&mut hashing, &mut in_place, files, tally).await?;
+        }
+        let (file, cancel) = (file.clone(), cancel.clone());
+        hashing.spawn_blocking(move || (index, hf::file_matches(&on_disk, &file, &|| *cancel.borrow())));
+    }
+    while !hashing.is_empty() {
+        take_hashed(&mut hashing, &mut in_place, files, tally).await?;
+    }
+    Ok(in_place)
+}
+
+type Hashed = (usize, std::io::Result<bool>);
+
+async fn take_hashed(
+    hashing: &mut JoinSet<Hashed>,
+    in_place: &mut [bool],
+    files: &[RemoteFile],
+    tally: &Tally,
+) -> Result<(), DownloadError> {
+    let Some(joined) = hashing.join_next().await else { return Ok(()) };
+    match joined.map_err(|e| DownloadError::Disk(format!("hashing a file to adopt: {e}")))? {
+        (index, Ok(true)) => {
+            in_place[index] = true;
+            tally.keep(&files[index]);
+        }
+        (_, Ok(false)) => {}
+        (_, Err(error)) if error.kind() == std::io::ErrorKind::Interrupted => return Err(DownloadError::Cancelled),
+        (_, Err(error)) => return Err(DownloadError::Disk(format!("reading a file to adopt: {error}"))),
+    }
+    Ok(())
 }
 
 /// Free space ≥ the bytes still to fetch (less what partial files already hold) plus 1 %.
@@ -257,7 +267,7 @@ fn check_space(dest: &Dest, todo: &[RemoteFile]) -> Result<(), DownloadError> {
     }
     let partial_dir = dest.existing_partial_dir();
     let held = |file: &RemoteFile| match &partial_dir {
-        Some(dir) => disk::partial_allocated_bytes(dir, &disk::partial_name(&file.path)),
+        Some(dir) => disk::partial_allocated_bytes(dir, &disk::partial_name(file)),
         None => 0,
     };
     let left: u64 = todo.iter().map(|file| file.size_bytes.saturating_sub(held(file))).sum();

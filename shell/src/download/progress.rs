@@ -1,11 +1,11 @@
 //! What a download has done so far, summed from each file's meter when a report is due.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use super::Progress;
-use crate::hf::Meter;
+use crate::hf::{Meter, RemoteFile};
 
 /// One file still to fetch.
 pub(super) struct FileSlot {
@@ -14,31 +14,48 @@ pub(super) struct FileSlot {
     pub placed: AtomicBool,
 }
 
-/// The plan's totals and the files in flight, shared with the transfer tasks.
+/// The commit's totals, the files found in place so far and the files in flight, shared with the tasks.
 #[derive(Default)]
 pub(super) struct Tally {
     pub total_bytes: u64,
     pub total_files: u64,
-    /// Files already in place before any transfer (kept or adopted).
-    pub kept_bytes: u64,
-    pub kept_files: u64,
-    pub slots: Vec<Arc<FileSlot>>,
+    /// Files in place before any transfer (kept or adopted), counted as they are checked.
+    pub kept_bytes: AtomicU64,
+    pub kept_files: AtomicU64,
+    /// The files to fetch, once the plan is known.
+    pub slots: OnceLock<Vec<Arc<FileSlot>>>,
 }
 
 impl Tally {
+    pub fn new(files: &[RemoteFile]) -> Tally {
+        let total_bytes = files.iter().map(|f| f.size_bytes).sum();
+        Tally { total_bytes, total_files: files.len() as u64, ..Tally::default() }
+    }
+
     /// A download found complete: everything counts as done.
     pub fn complete(total_files: u64, total_bytes: u64) -> Tally {
-        Tally { total_bytes, total_files, kept_bytes: total_bytes, kept_files: total_files, slots: Vec::new() }
+        let (kept_bytes, kept_files) = (AtomicU64::new(total_bytes), AtomicU64::new(total_files));
+        Tally { total_bytes, total_files, kept_bytes, kept_files, slots: OnceLock::new() }
+    }
+
+    pub fn keep(&self, file: &RemoteFile) {
+        self.kept_bytes.fetch_add(file.size_bytes, Ordering::Relaxed);
+        self.kept_files.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn slots(&self) -> &[Arc<FileSlot>] {
+        self.slots.get().map_or(&[], Vec::as_slice)
     }
 
     pub fn fetched_bytes(&self) -> u64 {
-        self.slots.iter().map(|s| s.meter.fetched_bytes.load(Ordering::Relaxed)).sum()
+        self.slots().iter().map(|s| s.meter.fetched_bytes.load(Ordering::Relaxed)).sum()
     }
 
     /// (completed bytes, completed files) now.
     pub fn completed(&self) -> (u64, u64) {
-        let (mut bytes, mut files) = (self.kept_bytes, self.kept_files);
-        for slot in &self.slots {
+        let mut bytes = self.kept_bytes.load(Ordering::Relaxed);
+        let mut files = self.kept_files.load(Ordering::Relaxed);
+        for slot in self.slots() {
             if slot.placed.load(Ordering::Relaxed) {
                 bytes += slot.size_bytes;
                 files += 1;

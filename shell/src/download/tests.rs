@@ -131,7 +131,10 @@ fn marker_uid(dest: &Path) -> Option<String> {
 async fn a_full_download_places_every_file_verified_with_marker_and_manifest() {
     let (hub, root) = (hub(), Root::new("full"));
     let commit = hub.commit_sha(REPO, "c2").unwrap();
+    let started = Instant::now();
     let (ended, reports) = run(job(&root, "main"), &opts(&hub)).await;
+    let periods = started.elapsed().as_millis() as usize / opts(&hub).progress_period_ms as usize;
+    assert!(!reports.is_empty() && reports.len() <= periods + 1, "{} reports in {periods} periods", reports.len());
     let done = finished(ended);
     assert_eq!(done.commit, commit);
     assert_eq!(done.files, hub.paths(REPO, &commit).unwrap().len() as u64);
@@ -350,6 +353,27 @@ async fn a_big_file_comes_in_ranged_parts_or_in_one_stream_when_ranges_are_ignor
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_parts_resume_in_the_same_run_and_a_wrong_whole_is_fetched_again() {
+    let hub = hub();
+    let commit = hub.commit_sha(REPO, "c2").unwrap();
+    let opts = Options { multipart_threshold_bytes: 2 << 20, stall_timeout_ms: 300, ..opts(&hub) };
+    let stall = Fault::Stall { repo: REPO.into(), path: BIG.into(), after_bytes: 100_000, stall_ms: 30_000, count: 4 };
+    hub.faults().add(stall);
+    let root = Root::new("parts-stalled");
+    finished(run(job(&root, "main"), &opts).await.0);
+    assert_all_files(&hub, &root.dest(), &commit);
+    let served = hub.bytes_served(REPO, BIG);
+    assert!(served <= BIG_BYTES + BIG_BYTES / 10, "served {served} for {BIG_BYTES}");
+    hub.clear_requests();
+    // Every part's body is marked corrupt; only the part holding the middle byte has it flipped.
+    hub.faults().add(Fault::Corrupt { repo: REPO.into(), path: BIG.into(), count: 4 });
+    let root = Root::new("parts-corrupt");
+    finished(run(job(&root, "main"), &opts).await.0);
+    assert_all_files(&hub, &root.dest(), &commit);
+    assert_eq!(hub.bytes_served(REPO, BIG), 2 * BIG_BYTES, "the parts are hashed as a whole, then fetched again");
+}
+
 #[tokio::test]
 async fn rate_limits_are_waited_out_as_retry_after_says() {
     let (hub, root) = (hub(), Root::new("429"));
@@ -394,6 +418,37 @@ async fn a_hub_that_is_down_leaves_a_complete_model_finished_from_its_manifest()
     assert!(matches!(ended.result, Err(DownloadError::Hub(HfError::Server { .. }))), "sizes no longer match");
 }
 
+#[tokio::test]
+async fn symlinks_in_the_destination_are_never_followed() {
+    let (hub, root) = (hub(), Root::new("symlinks"));
+    let outside = root.0.join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("precious"), "keep").unwrap();
+    std::fs::create_dir_all(root.dest()).unwrap();
+    std::os::unix::fs::symlink(outside.join("precious"), root.dest().join("config.json")).unwrap();
+    std::os::unix::fs::symlink(&outside, root.dest().join("sub")).unwrap();
+    let ended = run(job(&root, "main"), &opts(&hub)).await.0;
+    let Err(DownloadError::Disk(reason)) = &ended.result else { panic!("{:?}", ended.result) };
+    assert!(reason.contains("symlink"), "{reason}");
+    std::fs::remove_file(root.dest().join("sub")).unwrap();
+    finished(run(job(&root, "main"), &opts(&hub)).await.0);
+    assert!(!root.dest().join("config.json").is_symlink(), "a symlink at a file's name is replaced, not followed");
+    assert_eq!(std::fs::read_to_string(outside.join("precious")).unwrap(), "keep");
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1, "nothing was written outside");
+    std::fs::remove_dir_all(root.dest()).unwrap();
+    std::os::unix::fs::symlink(&outside, root.dest()).unwrap();
+    let ended = run(job(&root, "main"), &opts(&hub)).await.0;
+    assert!(matches!(ended.result, Err(DownloadError::Disk(_))) && !ended.marked, "{:?}", ended.result);
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1, "a symlinked destination is refused");
+}
+
+#[test]
+fn a_read_only_filesystem_is_its_own_error() {
+    assert_eq!(disk::disk_error("models/m", nix::errno::Errno::EROFS), DownloadError::ReadOnly);
+    let other = disk::disk_error("models/m", nix::errno::Errno::EACCES);
+    assert!(matches!(&other, DownloadError::Disk(reason) if reason.starts_with("models/m: ")), "{other:?}");
+}
+
 #[test]
 fn reasons_never_hold_the_token_and_slow_retries_are_five_minutes() {
     let gated = DownloadError::Hub(HfError::Gated { repo_id: REPO.into(), token_sent: true });
@@ -402,4 +457,14 @@ fn reasons_never_hold_the_token_and_slow_retries_are_five_minutes() {
     assert_eq!(limited.retry_after_ms(), Some(7_000));
     let space = DownloadError::NoSpace { needed_bytes: 3 << 30, free_bytes: 1 << 29, root: "/mnt/models".into() };
     assert_eq!(space.reason(), "needs 3.0 GiB, 0.5 GiB free on /mnt/models");
+}
+
+#[test]
+fn the_download_future_can_be_spawned() {
+    fn spawnable<T: Send + 'static>(_: &T) {}
+    let opts = Box::leak(Box::new(Options::default()));
+    let report: &'static mut (dyn FnMut(Progress) + Send) = Box::leak(Box::new(|_: Progress| {}));
+    let root = Root::new("send");
+    let work = download(job(&root, "main"), opts, report, watch::channel(false).1);
+    spawnable(&work);
 }

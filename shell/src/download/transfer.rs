@@ -76,9 +76,12 @@ async fn fetch_one(
     slot: Arc<FileSlot>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), DownloadError> {
-    let name = disk::partial_name(&file.path);
+    let name = disk::partial_name(&file);
     let opts = &ctx.opts;
-    let in_parts = file.size_bytes >= opts.multipart_threshold_bytes && opts.multipart_concurrency > 1;
+    // A file smaller than its part count (an empty one, under a tiny threshold) goes in one stream.
+    let in_parts = file.size_bytes >= opts.multipart_threshold_bytes
+        && opts.multipart_concurrency > 1
+        && file.size_bytes >= opts.multipart_concurrency as u64;
     let mut verified = false;
     let mut integrity_failures = 0;
     while in_parts && !verified {
