@@ -17,9 +17,9 @@ use tracing::{info, warn};
 use model_agent_core::machine::{Effect, Input, Note, Op, Outcome, RootProbe};
 use model_agent_core::{Instant, State, trace};
 
+use crate::downloads::{self, Downloads};
 use crate::kubeio::{self, Write};
 use crate::metrics::{CoreGauges, Metrics};
-use crate::downloads::{self, Downloads};
 use crate::{fsgate, fsops, http};
 
 /// Inputs from the watchers queued for the core at most; a watcher waits when it is full, which

@@ -74,7 +74,12 @@ fn token_source(object: AuthObject, key: &ModelKey, uid: &str, agent_namespace: 
 /// The token for `key` (uid `uid`), or `None` when nothing names one. A Secret that is named
 /// but cannot be read is an error that says which: a missing Secret or key, or the RBAC binding
 /// the agent lacks.
-pub async fn hf_token(client: &Client, key: &ModelKey, uid: &str, agent_namespace: &str) -> Result<Option<String>, String> {
+pub async fn hf_token(
+    client: &Client,
+    key: &ModelKey,
+    uid: &str,
+    agent_namespace: &str,
+) -> Result<Option<String>, String> {
     let source = token_source(live_auth_object(client, key).await?, key, uid, agent_namespace)?;
     if let Some((namespace, name, data_key)) = &source.secret {
         return secret_value(client, namespace, name, data_key).await.map(Some);
@@ -90,9 +95,8 @@ async fn live_auth_object(client: &Client, key: &ModelKey) -> Result<AuthObject,
         Kind::BaseModel => Some(key.namespace.as_ref()),
     };
     let path = DynamicObject::url_path(&resource, namespace);
-    let request = kube::core::Request::new(path)
-        .get(&key.name, &GetParams::default())
-        .map_err(|e| format!("GET {key}: {e}"))?;
+    let request =
+        kube::core::Request::new(path).get(&key.name, &GetParams::default()).map_err(|e| format!("GET {key}: {e}"))?;
     let text = tokio::time::timeout(LIVE_READ_TIMEOUT, client.request_text(request))
         .await
         .map_err(|_| format!("GET {key} (for its token) timed out"))?
@@ -107,8 +111,10 @@ async fn secret_value(client: &Client, namespace: &str, name: &str, data_key: &s
         .map_err(|_| format!("reading Secret {namespace}/{name} timed out"))?;
     let secret = got.map_err(|e| secret_error(namespace, name, &e))?;
     let value = secret.data.as_ref().and_then(|d| d.get(data_key)).map(|v| v.0.clone());
-    let value = value.ok_or(format!("Secret {namespace}/{name} has no key {data_key:?} (spec.storage.parameters.secretKey)"))?;
-    let token = String::from_utf8(value).map_err(|_| format!("Secret {namespace}/{name} key {data_key:?} is not text"))?;
+    let value = value
+        .ok_or(format!("Secret {namespace}/{name} has no key {data_key:?} (spec.storage.parameters.secretKey)"))?;
+    let token =
+        String::from_utf8(value).map_err(|_| format!("Secret {namespace}/{name} key {data_key:?} is not text"))?;
     Ok(token.trim().to_string())
 }
 
@@ -118,7 +124,9 @@ fn secret_error(namespace: &str, name: &str, error: &kube::Error) -> String {
             "the agent may not read Secret {namespace}/{name}: add a RoleBinding in namespace {namespace} granting \
              the agent's ServiceAccount get on secrets (deploy/optional/secrets-in-namespace.yaml)"
         ),
-        kube::Error::Api(status) if status.code == 404 => format!("Secret {namespace}/{name} (spec.storage.key) not found"),
+        kube::Error::Api(status) if status.code == 404 => {
+            format!("Secret {namespace}/{name} (spec.storage.key) not found")
+        }
         other => format!("reading Secret {namespace}/{name}: {other}"),
     }
 }
@@ -150,7 +158,10 @@ mod tests {
         let s = token_source(object(o), &ModelKey::cluster("m"), "u", "ome").unwrap();
         assert_eq!((s.secret, s.inline.as_deref()), (None, Some("t")));
         let o = r#"{"metadata":{"uid":"u"},"spec":{}}"#;
-        assert_eq!(token_source(object(o), &ModelKey::cluster("m"), "u", "ome").unwrap(), TokenSource { secret: None, inline: None });
+        assert_eq!(
+            token_source(object(o), &ModelKey::cluster("m"), "u", "ome").unwrap(),
+            TokenSource { secret: None, inline: None }
+        );
     }
 
     #[test]

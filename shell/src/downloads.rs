@@ -97,7 +97,9 @@ async fn run(c: &Ctx, request: &Request, cancel: watch::Receiver<bool>) -> Ended
     let failed = |reason: String| Ended { marked: false, result: Err(DownloadError::Disk(reason)) };
     let (repo_id, revision) = match StorageUri::parse(&request.storage_uri) {
         Ok(StorageUri::HuggingFace { org, repo, revision }) => (format!("{org}/{repo}"), revision),
-        Ok(_) => return failed(format!("downloading {} is not supported by this build of model-agent", request.storage_uri)),
+        Ok(_) => {
+            return failed(format!("downloading {} is not supported by this build of model-agent", request.storage_uri));
+        }
         Err(e) => return failed(e.to_string()),
     };
     let Some(dest_rel) = request.dest.beneath_root.clone() else {
@@ -144,7 +146,9 @@ fn wire_progress(p: &Progress) -> DownloadProgress {
         total_files: clamp(p.total_files),
         completed_files: clamp(p.completed_files),
         speed_bytes_per_sec: p.bytes_per_sec.round(),
-        last_updated: k8s_openapi::jiff::Timestamp::now().round(k8s_openapi::jiff::Unit::Second).map_or_else(|_| String::new(), |t| t.to_string()),
+        last_updated: k8s_openapi::jiff::Timestamp::now()
+            .round(k8s_openapi::jiff::Unit::Second)
+            .map_or_else(|_| String::new(), |t| t.to_string()),
     }
 }
 
@@ -160,7 +164,9 @@ fn core_end(end: Ended) -> DownloadEnd {
 fn log_end(request: &Request, end: &Ended) {
     let (key, dest) = (&request.key, &request.dest.absolute);
     match &end.result {
-        Ok(f) => info!(model = %key, dest = %dest, commit = %f.commit, files = f.files, bytes_fetched = f.bytes_fetched, adopted_files = f.adopted_files, "download complete"),
+        Ok(f) => {
+            info!(model = %key, dest = %dest, commit = %f.commit, files = f.files, bytes_fetched = f.bytes_fetched, adopted_files = f.adopted_files, "download complete")
+        }
         Err(DownloadError::Cancelled) => info!(model = %key, dest = %dest, "download cancelled; partial files kept"),
         Err(e) => warn!(model = %key, dest = %dest, reason = %e, "download failed"),
     }

@@ -56,8 +56,14 @@ impl Metrics {
         match &end.result {
             Ok(finished) => {
                 self.model_outcome(key, true);
-                *self.download_bytes.lock().expect("metrics lock").entry(key.clone()).or_default() += finished.bytes_total;
-                self.download_seconds.lock().expect("metrics lock").entry(key.clone()).or_default().observe(took.as_secs_f64());
+                *self.download_bytes.lock().expect("metrics lock").entry(key.clone()).or_default() +=
+                    finished.bytes_total;
+                self.download_seconds
+                    .lock()
+                    .expect("metrics lock")
+                    .entry(key.clone())
+                    .or_default()
+                    .observe(took.as_secs_f64());
             }
             Err(DownloadError::Cancelled) => {}
             Err(_) => self.model_outcome(key, false),
@@ -95,7 +101,11 @@ impl Metrics {
                 &self.downloads_failed,
             ),
             ("model_agent_rate_limit_total", "Downloads the Hub rate-limited (HTTP 429).", &self.rate_limits),
-            ("model_agent_download_bytes_total", "Bytes of the models downloaded onto this node.", &self.download_bytes),
+            (
+                "model_agent_download_bytes_total",
+                "Bytes of the models downloaded onto this node.",
+                &self.download_bytes,
+            ),
         ] {
             let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter");
             for (key, v) in map.lock().expect("metrics lock").iter() {
@@ -301,11 +311,16 @@ mod tests {
         use crate::download::{DownloadError, Ended, Finished};
         let m = Metrics::default();
         let key = ModelKey::namespaced("t", "m");
-        let finished = Finished { commit: "c".into(), files: 2, bytes_total: 1234, bytes_fetched: 1000, adopted_files: 0 };
+        let finished =
+            Finished { commit: "c".into(), files: 2, bytes_total: 1234, bytes_fetched: 1000, adopted_files: 0 };
         m.download_ended(&key, &Ended { marked: true, result: Ok(finished) }, std::time::Duration::from_millis(300));
         let limited = DownloadError::Hub(crate::hf::HfError::RateLimited { retry_after_ms: Some(1000) });
         m.download_ended(&key, &Ended { marked: true, result: Err(limited) }, std::time::Duration::ZERO);
-        m.download_ended(&key, &Ended { marked: true, result: Err(DownloadError::Cancelled) }, std::time::Duration::ZERO);
+        m.download_ended(
+            &key,
+            &Ended { marked: true, result: Err(DownloadError::Cancelled) },
+            std::time::Duration::ZERO,
+        );
         let text = m.render();
         let labels = "model_type=\"BaseModel\",namespace=\"t\",name=\"m\"";
         for line in [

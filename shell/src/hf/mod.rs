@@ -16,9 +16,9 @@ use std::fmt;
 
 pub use error::HfError;
 pub use fetch::{Meter, fetch_file};
-pub use hashing::file_matches;
 #[cfg(test)]
 pub use hashing::FileHash;
+pub use hashing::file_matches;
 pub use listing::RemoteFile;
 pub use paths::{check_repo_id, is_commit_sha};
 pub use ranged::{RangeAnswer, fetch_range};

@@ -95,7 +95,9 @@ fn t14_hf_download_reports_progress_then_ready_and_a_delete_trashes_it() {
             && e["progress"]["totalBytes"].as_u64() == Some(repo_bytes(&hub, REPO))
             && labels(n).get(&label_key(name)).is_some_and(|v| v == "Updating")
     });
-    wait_until("label Ready", Duration::from_secs(60), || labels(n).get(&label_key(name)).is_some_and(|v| v == "Ready"));
+    wait_until("label Ready", Duration::from_secs(60), || {
+        labels(n).get(&label_key(name)).is_some_and(|v| v == "Ready")
+    });
     let e = entry(n, name);
     assert_eq!(e["status"], "Ready");
     assert!(e.get("progress").is_none(), "progress is cleared on Ready: {e}");
@@ -104,10 +106,16 @@ fn t14_hf_download_reports_progress_then_ready_and_a_delete_trashes_it() {
     assert_eq!(artifact["parentPath"][format!("clusterbasemodel.{name}")], dest.to_str().unwrap());
     assert_eq!(artifact["childrenPaths"], serde_json::json!([]));
     assert_files_match(&hub, REPO, &dest);
-    assert!(agent.metric("model_agent_download_bytes_total{model_type=\"ClusterBaseModel\",namespace=\"\",name=\"e2e-hf-m\"}") >= repo_bytes(&hub, REPO) as f64);
+    assert!(
+        agent.metric(
+            "model_agent_download_bytes_total{model_type=\"ClusterBaseModel\",namespace=\"\",name=\"e2e-hf-m\"}"
+        ) >= repo_bytes(&hub, REPO) as f64
+    );
     kubectl(&["delete", "clusterbasemodel", name]);
     wait_until("label removed", Duration::from_secs(30), || !labels(n).contains_key(&label_key(name)));
-    wait_until("the directory moved to the trash", Duration::from_secs(30), || !dest.exists() && trash_entries(&root) == 1);
+    wait_until("the directory moved to the trash", Duration::from_secs(30), || {
+        !dest.exists() && trash_entries(&root) == 1
+    });
     agent.stop();
 }
 
@@ -165,7 +173,9 @@ fn t16_a_delete_during_a_download_cancels_it_and_trashes_the_directory() {
     wait_until("label and entry removed", Duration::from_secs(20), || {
         !labels(n).contains_key(&label_key(name)) && entry(n, name).is_null()
     });
-    wait_until("nothing left outside the trash", Duration::from_secs(20), || !dest.exists() && trash_entries(&root) == 1);
+    wait_until("nothing left outside the trash", Duration::from_secs(20), || {
+        !dest.exists() && trash_entries(&root) == 1
+    });
     let log = std::fs::read_to_string(Agent::scratch_dir(n).join("agent.log")).unwrap();
     assert!(log.contains("download cancelled"), "the agent says it cancelled");
     agent.stop();
