@@ -98,7 +98,10 @@ async fn run(c: &Ctx, request: &Request, cancel: watch::Receiver<bool>) -> Ended
     let (repo_id, revision) = match StorageUri::parse(&request.storage_uri) {
         Ok(StorageUri::HuggingFace { org, repo, revision }) => (format!("{org}/{repo}"), revision),
         Ok(_) => {
-            return failed(format!("downloading {} is not supported by this build of model-agent", request.storage_uri));
+            return failed(format!(
+                "downloading {} is not supported by this build of model-agent",
+                request.storage_uri
+            ));
         }
         Err(e) => return failed(e.to_string()),
     };
