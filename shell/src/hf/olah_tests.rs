@@ -3,10 +3,20 @@
 //! fixture's `OLAH_*` variables; the expected bytes come from the fixture's manifest (sha256sum of the
 //! files olah serves), not from olah.
 //!
-//! What olah 0.5.4 does differently from the Hub, and the client copes with: the tree URL without a
-//! trailing slash answers 307 to the one with it; one tree page, no `Link`; a resolve GET answers 200
-//! with a chunked body (no Content-Length, ETag or X-Repo-Commit) and ignores `Range`; LFS bytes come
-//! from the same origin (no redirect). A revision it does not know answers 401 `RepoNotFound`.
+//! What olah 0.5.4 does differently from the Hub (read in its `mirror/repos.py`, `server_*.py`):
+//! - revision: any git revision GitPython takes (branch, tag, full or short sha), answered with the full
+//!   `sha`; one it does not know is 401 `RepoNotFound` (the Hub: 404 `RevisionNotFound`);
+//! - tree: `/tree/{rev}` answers 307 to `/tree/{rev}/`; every entry in one answer (no `Link`, `cursor`
+//!   ignored); `oid` is the git blob sha1, `lfs: {oid, size, pointerSize}` only for a blob of 121..149
+//!   bytes that parses as a pointer; a directory's `size` is its git tree object's (the Hub: 0);
+//! - resolve GET: 200 with a chunked body (no Content-Length, ETag or X-Repo-Commit), `Range` ignored,
+//!   LFS bytes from the same origin (no redirect), the whole file read into olah's memory first; a path
+//!   not in the commit is 500 (the Hub: 404 `EntryNotFound`); HEAD does give Content-Length, X-Repo-Commit
+//!   and an unquoted ETag (sha256 for LFS);
+//! - no token checked offline: private and gated repos are not modelled.
+//!
+//! The client needs nothing for any of these: redirects are followed, a missing `Link` ends the list, a
+//! body without Content-Length is counted against the listed size, and a 200 to a ranged GET restarts.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
