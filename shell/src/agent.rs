@@ -17,6 +17,7 @@ use tracing::{info, warn};
 use model_agent_core::machine::{Effect, Input, Note, Op, Outcome, RootProbe};
 use model_agent_core::{Instant, State, trace};
 
+use crate::downloads::{self, Downloads};
 use crate::kubeio::{self, Write};
 use crate::metrics::{CoreGauges, Metrics};
 use crate::{fsgate, fsops, http};
@@ -73,6 +74,7 @@ pub struct Ctx {
     pub fs: fsgate::FsGate,
     /// A root probe is in flight (it may be stuck in the kernel): at most one at a time.
     pub probing: Arc<AtomicBool>,
+    pub downloads: Downloads,
 }
 
 impl Ctx {
@@ -81,7 +83,7 @@ impl Ctx {
         (client, node, namespace, root): (Client, String, String, PathBuf),
         outcomes: mpsc::UnboundedSender<Input>,
         writes: mpsc::UnboundedSender<Write>,
-        metrics: Arc<Metrics>,
+        (metrics, downloads): (Arc<Metrics>, Downloads),
         (fetch_workers, spec_bytes_max): (usize, usize),
     ) -> Ctx {
         Ctx {
@@ -98,6 +100,7 @@ impl Ctx {
             fetches: Arc::new(tokio::sync::Semaphore::new(fetch_workers.max(1))),
             spec_bytes_max,
             probing: Default::default(),
+            downloads,
         }
     }
 }
@@ -145,6 +148,8 @@ impl Agent {
                 info!("shutdown requested: no new destructive effect; finishing in-flight work");
                 shutdown_at = Some(tokio::time::Instant::now());
                 self.watchers.iter().for_each(tokio::task::AbortHandle::abort);
+                // Downloads stop at once and keep their partial files: the next start resumes.
+                self.ctx.downloads.cancel_all();
             }
             self.step(input);
             if last_status.elapsed() >= STATUS_INTERVAL {
@@ -266,13 +271,12 @@ fn dispatch(ctx: &Ctx, Effect { id, op }: Effect) {
             c.metrics.model_outcome(&key, result.is_ok());
             Some(Input::EffectDone { id, outcome: outcome(result) })
         }),
-        Op::Download { key, storage_uri, .. } => spawn(ctx, async move |c: Ctx| {
-            // No downloader for any scheme is built in yet: say so plainly (the model is Failed
-            // with this reason and retried with backoff), never pretend.
-            c.metrics.model_outcome(&key, false);
-            let reason = format!("downloading {storage_uri} is not supported by this build of model-agent");
-            Some(Input::EffectDone { id, outcome: Outcome::Failed(reason) })
-        }),
+        Op::Download { key, uid, storage_uri, dest } => {
+            let cancel = downloads::register(ctx, id);
+            let request = downloads::Request { id, key, uid, storage_uri, dest };
+            spawn(ctx, async move |c: Ctx| downloads::execute(c, request, cancel).await)
+        }
+        Op::CancelDownload { download } => ctx.downloads.cancel(download),
         Op::TrashDir { uid, path, trash_name, .. } => spawn(ctx, async move |c: Ctx| {
             let root = c.root.clone();
             let what = format!("moving {path} to the trash");
@@ -541,7 +545,8 @@ mod tests {
 
         let client = Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
         let place = (client, "node-1".to_string(), "ome".to_string(), root.clone());
-        let ctx = Ctx::new(place, q.outcomes_tx, q.writes_tx, metrics.clone(), (5, 64 * 1024));
+        let downloads = Downloads::new(tokio::runtime::Handle::current(), crate::download::Options::default());
+        let ctx = Ctx::new(place, q.outcomes_tx, q.writes_tx, (metrics.clone(), downloads), (5, 64 * 1024));
         let state = State::new(Config::new("node-1", &root_text));
         let shared = Arc::new(http::Shared {
             readiness: std::sync::RwLock::new(state.readiness()),

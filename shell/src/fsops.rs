@@ -16,7 +16,8 @@ use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat, mkdirat};
 use nix::unistd::{AccessFlags, UnlinkatFlags, access, unlinkat};
 
 /// How every directory beneath the root is opened: never through a symlink.
-const DIR_FLAGS: OFlag = OFlag::O_RDONLY.union(OFlag::O_DIRECTORY).union(OFlag::O_NOFOLLOW).union(OFlag::O_CLOEXEC);
+pub(crate) const DIR_FLAGS: OFlag =
+    OFlag::O_RDONLY.union(OFlag::O_DIRECTORY).union(OFlag::O_NOFOLLOW).union(OFlag::O_CLOEXEC);
 
 use model_agent_core::Uid;
 use model_agent_core::machine::{OwnedDir, RootProbe};
@@ -114,7 +115,7 @@ fn split_parent(rel: &str) -> Result<(&str, &str), String> {
 }
 
 /// The marker of an already opened directory (`rel` only names it in errors).
-fn read_marker_in(dir: &OwnedFd, rel: &str) -> Result<Option<Marker>, String> {
+pub(crate) fn read_marker_in(dir: &OwnedFd, rel: &str) -> Result<Option<Marker>, String> {
     let fd = match openat(dir.as_fd(), MARKER, OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty()) {
         Ok(fd) => fd,
         Err(Errno::ENOENT) => return Ok(None),
@@ -234,7 +235,7 @@ const REMOVE_BATCH_NAMES_MAX: usize = 1_024;
 
 /// Remove `name` beneath `parent` and everything in it, never following a symlink: a symlink is
 /// unlinked itself, a directory is opened with `O_NOFOLLOW` and emptied through its own fd.
-fn remove_tree_at(parent: &OwnedFd, name: &str, depth: usize) -> Result<(), String> {
+pub(crate) fn remove_tree_at(parent: &OwnedFd, name: &str, depth: usize) -> Result<(), String> {
     let dir = match openat(parent.as_fd(), name, DIR_FLAGS, Mode::empty()) {
         Ok(fd) => fd,
         Err(Errno::ENOENT) => return Ok(()),

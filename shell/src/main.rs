@@ -3,10 +3,11 @@
 //! metrics, and records traces. All decisions are the core's.
 
 mod agent;
+mod credentials;
+mod download;
+mod downloads;
 mod fsgate;
 mod fsops;
-// The hf:// client, not wired into the agent yet.
-#[allow(dead_code, unused_imports)]
 mod hf;
 mod http;
 mod kubeio;
@@ -36,6 +37,11 @@ USAGE: model-agent [FLAGS]     (env NODE_NAME is required)
        model-agent inspect DIR [--annotations k=v ...]
                                print the metadata `config` the agent would publish for DIR
                                and the spec fields it would fill, as JSON
+       model-agent download --models-root-dir ROOT --dest REL [--uid U] [--concurrency N]
+                            [--multipart-concurrency N] [--multipart-threshold BYTES] hf://org/repo[@rev]
+                               download one model into ROOT/REL (endpoint from HF_ENDPOINT, else
+                               ENDPOINT; token from HF_TOKEN); progress on stderr, a JSON line
+                               {commit, files, bytes_total, bytes_fetched, seconds} on stdout
 
   --port N                         health and metrics port (8080)
   --metrics-bind-address IP        address the health and metrics server binds (0.0.0.0, every
@@ -48,9 +54,20 @@ USAGE: model-agent [FLAGS]     (env NODE_NAME is required)
   --log-level LEVEL                error | warn | info | debug | trace (info; env LOG_LEVEL)
   --log-format FORMAT              text | json (text)
   --node-label-retry N             accepted for OME compatibility (the core retries with backoff)
-  --num-download-worker N          concurrent fetches (5)
-  --download-retry, --concurrency, --multipart-concurrency, --node-name
-                                   accepted for OME compatibility; --node-name is ignored (NODE_NAME)";
+  --num-download-worker N          models fetched at once (5)
+  --concurrency N                  files at once per downloading model (4)
+  --multipart-concurrency N        ranged parts at once per file of 200 MiB or more (4)
+  --download-progress-period-ms N  how often a download's progress goes into its entry (30000, OME's)
+  --download-retry, --node-name    accepted for OME compatibility; --node-name is ignored (NODE_NAME)
+
+ENV: NODE_NAME (required); HF_ENDPOINT, else ENDPOINT (https://huggingface.co); HF_TOKEN (the
+     last resort for a Hub token, after the model's Secret and parameters.token)";
+
+/// `--concurrency` and `--multipart-concurrency` at most (open connections per model).
+const CONCURRENCY_MAX: usize = 64;
+
+/// Threads of the download runtime (transfers, file writes and hashing; never the loop's).
+const DOWNLOAD_THREADS: usize = 2;
 
 /// Threads for blocking filesystem work at most.
 const BLOCKING_THREADS_MAX: usize = 4;
@@ -67,6 +84,10 @@ struct Cli {
     log_level: String,
     log_json: bool,
     fetch_workers: usize,
+    /// Files at once per model, and ranged parts at once per big file.
+    files_concurrency: usize,
+    multipart_concurrency: usize,
+    progress_period_ms: u64,
 }
 
 fn parse_cli(args: Vec<String>) -> Result<Cli, String> {
@@ -81,6 +102,9 @@ fn parse_cli(args: Vec<String>) -> Result<Cli, String> {
         log_level: std::env::var("LOG_LEVEL").unwrap_or_else(|_| "info".into()),
         log_json: false,
         fetch_workers: 5,
+        files_concurrency: 4,
+        multipart_concurrency: 4,
+        progress_period_ms: 30_000,
     };
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
@@ -113,7 +137,14 @@ fn parse_cli(args: Vec<String>) -> Result<Cli, String> {
             "--num-download-worker" => {
                 cli.fetch_workers = value()?.parse().map_err(|_| "--num-download-worker: not a number")?;
             }
-            "--node-label-retry" | "--download-retry" | "--concurrency" | "--multipart-concurrency" | "--node-name" => {
+            "--concurrency" => cli.files_concurrency = positive(&flag, &value()?)?.min(CONCURRENCY_MAX),
+            "--multipart-concurrency" => {
+                cli.multipart_concurrency = positive(&flag, &value()?)?.min(CONCURRENCY_MAX);
+            }
+            "--download-progress-period-ms" => {
+                cli.progress_period_ms = positive(&flag, &value()?)? as u64;
+            }
+            "--node-label-retry" | "--download-retry" | "--node-name" => {
                 value()?;
             }
             "-h" | "--help" => return Err(USAGE.into()),
@@ -124,6 +155,13 @@ fn parse_cli(args: Vec<String>) -> Result<Cli, String> {
         return Err(format!("--models-root-dir must be absolute, not {:?}", cli.models_root));
     }
     Ok(cli)
+}
+
+fn positive(flag: &str, v: &str) -> Result<usize, String> {
+    match v.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("{flag}: {v:?} is not a positive number")),
+    }
 }
 
 /// `inspect DIR [--annotations k=v ...]`: the directory and the model's annotations.
@@ -173,6 +211,9 @@ fn main() -> ExitCode {
     if args.first().is_some_and(|a| a == "inspect") {
         return run_inspect(args.split_off(1));
     }
+    if args.first().is_some_and(|a| a == "download") {
+        return download::run_download_command(args.split_off(1));
+    }
     let cli = match parse_cli(args) {
         Ok(c) => c,
         Err(e) => {
@@ -202,7 +243,18 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    match runtime.block_on(run(cli, node_name)) {
+    let download_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(DOWNLOAD_THREADS)
+        .max_blocking_threads(BLOCKING_THREADS_MAX)
+        .thread_name("download")
+        .enable_all()
+        .build()
+        .expect("the download runtime");
+    let downloads = downloads::Downloads::new(download_runtime.handle().clone(), download_options(&cli));
+    let result = runtime.block_on(run(cli, node_name, downloads));
+    // Cancelled downloads have stopped by now; what is stuck in the kernel is left behind.
+    download_runtime.shutdown_timeout(Duration::from_secs(2));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             error!("{e}");
@@ -211,7 +263,19 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli, node_name: String) -> Result<(), String> {
+/// The engine's options from the flags and OME's environment variables.
+fn download_options(cli: &Cli) -> download::Options {
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    download::Options {
+        endpoint: env("HF_ENDPOINT").or_else(|| env("ENDPOINT")).unwrap_or_else(|| "https://huggingface.co".into()),
+        files_concurrency: cli.files_concurrency,
+        multipart_concurrency: cli.multipart_concurrency,
+        progress_period_ms: cli.progress_period_ms,
+        ..download::Options::default()
+    }
+}
+
+async fn run(cli: Cli, node_name: String, downloads: downloads::Downloads) -> Result<(), String> {
     let client = kubeio::client(cli.kubeconfig.as_deref()).await?;
     let seed =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
@@ -258,7 +322,7 @@ async fn run(cli: Cli, node_name: String) -> Result<(), String> {
         (client, node_name, cli.namespace.clone(), PathBuf::from(&cli.models_root)),
         outcomes_tx,
         writes_tx,
-        metrics,
+        (metrics, downloads),
         (cli.fetch_workers, spec_bytes_max),
     );
     let watchers = watchers.iter().map(|w| w.abort_handle()).collect();

@@ -32,6 +32,9 @@ pub struct Metrics {
     /// OME's per-model series, labelled model_type (the kind), namespace and name.
     downloads_success: Mutex<BTreeMap<ModelKey, u64>>,
     downloads_failed: Mutex<BTreeMap<ModelKey, u64>>,
+    rate_limits: Mutex<BTreeMap<ModelKey, u64>>,
+    download_bytes: Mutex<BTreeMap<ModelKey, u64>>,
+    download_seconds: Mutex<BTreeMap<ModelKey, Histogram>>,
     pub core: Mutex<CoreGauges>,
 }
 
@@ -46,17 +49,43 @@ impl Metrics {
         *map.lock().expect("metrics lock").entry(key.clone()).or_default() += 1;
     }
 
+    /// One download ended: OME's success or failure count, its 429s, and for a success its
+    /// duration and the bytes it holds (OME counts the listed sizes).
+    pub fn download_ended(&self, key: &ModelKey, end: &crate::download::Ended, took: std::time::Duration) {
+        use crate::download::DownloadError;
+        match &end.result {
+            Ok(finished) => {
+                self.model_outcome(key, true);
+                *self.download_bytes.lock().expect("metrics lock").entry(key.clone()).or_default() +=
+                    finished.bytes_total;
+                self.download_seconds
+                    .lock()
+                    .expect("metrics lock")
+                    .entry(key.clone())
+                    .or_default()
+                    .observe(took.as_secs_f64());
+            }
+            Err(DownloadError::Cancelled) => {}
+            Err(_) => self.model_outcome(key, false),
+        }
+        if crate::downloads::rate_limited(end) {
+            *self.rate_limits.lock().expect("metrics lock").entry(key.clone()).or_default() += 1;
+        }
+    }
+
     /// Drop the per-model series of models the agent no longer keeps (deleted, or never
     /// coming back), so that `/metrics` neither grows without bound nor names gone models.
     pub fn retain_models(&self, keep: impl Fn(&ModelKey) -> bool) {
-        for map in [&self.downloads_success, &self.downloads_failed] {
+        for map in [&self.downloads_success, &self.downloads_failed, &self.rate_limits, &self.download_bytes] {
             map.lock().expect("metrics lock").retain(|key, _| keep(key));
         }
+        self.download_seconds.lock().expect("metrics lock").retain(|key, _| keep(key));
     }
 
     pub fn render(&self) -> String {
         let mut s = String::new();
         self.render_model_series(&mut s);
+        self.render_durations(&mut s);
         render_core(&mut s, &self.core.lock().expect("metrics lock").clone());
         self.render_shell(&mut s);
         s
@@ -71,6 +100,12 @@ impl Metrics {
                 "Models that failed to become available on this node.",
                 &self.downloads_failed,
             ),
+            ("model_agent_rate_limit_total", "Downloads the Hub rate-limited (HTTP 429).", &self.rate_limits),
+            (
+                "model_agent_download_bytes_total",
+                "Bytes of the models downloaded onto this node.",
+                &self.download_bytes,
+            ),
         ] {
             let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter");
             for (key, v) in map.lock().expect("metrics lock").iter() {
@@ -82,6 +117,27 @@ impl Metrics {
                     esc(&key.name)
                 );
             }
+        }
+    }
+
+    /// OME's `model_agent_download_duration_seconds`: buckets 0.1·2^k s, k = 0..9.
+    fn render_durations(&self, s: &mut String) {
+        let name = "model_agent_download_duration_seconds";
+        let _ = writeln!(s, "# HELP {name} Time taken by successful downloads.\n# TYPE {name} histogram");
+        for (key, h) in self.download_seconds.lock().expect("metrics lock").iter() {
+            let labels = format!(
+                "model_type=\"{}\",namespace=\"{}\",name=\"{}\"",
+                esc(key.kind.as_str()),
+                esc(&key.namespace),
+                esc(&key.name)
+            );
+            let mut cumulative = 0;
+            for (k, count) in h.buckets.iter().enumerate() {
+                cumulative += count;
+                let _ = writeln!(s, "{name}_bucket{{{labels},le=\"{}\"}} {cumulative}", go_float(bucket_bound(k)));
+            }
+            let _ = writeln!(s, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
+            let _ = writeln!(s, "{name}_sum{{{labels}}} {}\n{name}_count{{{labels}}} {}", h.sum, h.count);
         }
     }
 
@@ -105,6 +161,35 @@ impl Metrics {
             "Failed label or ConfigMap write batches.",
             self.write_errors.load(Ordering::Relaxed),
         );
+    }
+}
+
+const DURATION_BUCKETS: usize = 10;
+
+fn bucket_bound(k: usize) -> f64 {
+    0.1 * (1u64 << k) as f64
+}
+
+/// Prometheus' Go client writes bounds with the shortest exact text (`0.1`, `0.2`, `51.2`).
+fn go_float(v: f64) -> String {
+    let text = format!("{v:.1}");
+    text.strip_suffix(".0").map_or(text.clone(), str::to_string)
+}
+
+#[derive(Clone, Debug, Default)]
+struct Histogram {
+    buckets: [u64; DURATION_BUCKETS],
+    count: u64,
+    sum: f64,
+}
+
+impl Histogram {
+    fn observe(&mut self, seconds: f64) {
+        if let Some(k) = (0..DURATION_BUCKETS).find(|&k| seconds <= bucket_bound(k)) {
+            self.buckets[k] += 1;
+        }
+        self.count += 1;
+        self.sum += seconds;
     }
 }
 
@@ -219,5 +304,38 @@ mod tests {
         assert!(!text.contains("name=\"gone\""), "{text}");
         // The family's HELP and TYPE stay, with no series.
         assert!(text.contains("# TYPE model_agent_downloads_failed_total counter"));
+    }
+
+    #[test]
+    fn a_finished_download_counts_its_bytes_and_its_duration_in_ome_s_buckets() {
+        use crate::download::{DownloadError, Ended, Finished};
+        let m = Metrics::default();
+        let key = ModelKey::namespaced("t", "m");
+        let finished =
+            Finished { commit: "c".into(), files: 2, bytes_total: 1234, bytes_fetched: 1000, adopted_files: 0 };
+        m.download_ended(&key, &Ended { marked: true, result: Ok(finished) }, std::time::Duration::from_millis(300));
+        let limited = DownloadError::Hub(crate::hf::HfError::RateLimited { retry_after_ms: Some(1000) });
+        m.download_ended(&key, &Ended { marked: true, result: Err(limited) }, std::time::Duration::ZERO);
+        m.download_ended(
+            &key,
+            &Ended { marked: true, result: Err(DownloadError::Cancelled) },
+            std::time::Duration::ZERO,
+        );
+        let text = m.render();
+        let labels = "model_type=\"BaseModel\",namespace=\"t\",name=\"m\"";
+        for line in [
+            format!("model_agent_downloads_success_total{{{labels}}} 1"),
+            format!("model_agent_downloads_failed_total{{{labels}}} 1"),
+            format!("model_agent_rate_limit_total{{{labels}}} 1"),
+            format!("model_agent_download_bytes_total{{{labels}}} 1234"),
+            format!("model_agent_download_duration_seconds_bucket{{{labels},le=\"0.2\"}} 0"),
+            format!("model_agent_download_duration_seconds_bucket{{{labels},le=\"0.4\"}} 1"),
+            format!("model_agent_download_duration_seconds_bucket{{{labels},le=\"51.2\"}} 1"),
+            format!("model_agent_download_duration_seconds_bucket{{{labels},le=\"+Inf\"}} 1"),
+            format!("model_agent_download_duration_seconds_count{{{labels}}} 1"),
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing from\n{text}");
+        }
+        assert_eq!(text.matches("model_agent_download_duration_seconds_bucket{").count(), 11, "10 bounds and +Inf");
     }
 }

@@ -586,11 +586,14 @@ fn t6_rbac_is_enough_and_no_more() {
         &["patch", "nodes"],
         &["update", "configmaps", "-n", "ome"],
         &["create", "configmaps", "-n", "ome"],
+        &["get", "secrets", "-n", "ome"],
     ] {
         assert!(can(allowed), "the agent needs {allowed:?}");
     }
     for denied in [
-        &["get", "secrets", "-n", "ome"][..],
+        &["list", "secrets", "-n", "ome"][..],
+        &["watch", "secrets", "-n", "ome"],
+        &["get", "secrets", "-n", "default"],
         &["get", "secrets", "--all-namespaces"],
         &["get", "configmaps", "-n", "kube-system"],
         &["delete", "configmaps", "-n", "ome"],
@@ -858,3 +861,6 @@ mod pod_security;
 
 #[path = "e2e/non_root.rs"]
 mod non_root;
+
+#[path = "e2e/hf.rs"]
+mod hf;

@@ -520,6 +520,8 @@ impl World {
                 Some(Input::EffectDone { id, outcome: local_outcome(path, missing) })
             }
             Op::Download { dest, uid, .. } => self.exec_download(node, id, dest, uid),
+            // Downloads land whole when executed, so there is nothing to stop yet.
+            Op::CancelDownload { .. } => None,
             Op::TrashDir { uid, path, trash_name, .. } => self.exec_trash(node, id, uid, path, trash_name),
             Op::PurgeTrash { name } => {
                 self.nodes[node].trash.remove(name);

@@ -181,7 +181,7 @@ fn observe_incarnation(inc: &mut Incarnation, seen: &Seen, label_is_its: bool, d
             changed = true;
         }
         // Ready, but the weights are gone from disk: fetch again (#834's drift).
-        (None, Fetched::Done { plan }) if matches!(**plan, Plan::Download { .. }) => {
+        (None, Fetched::Done { plan, .. }) if matches!(**plan, Plan::Download { .. }) => {
             inc.owned_dir = None;
             inc.fetched = Fetched::No;
             changed = true;

@@ -51,6 +51,12 @@ impl State {
     fn inflight_invariants(&self) -> Result<(), String> {
         for (key, slot) in self.slots.iter() {
             for inc in slot.all() {
+                // Paired with `emit_actions`: a download's run is the incarnation's effect in flight.
+                if let Some(run) = &inc.download
+                    && (inc.inflight != Some(run.id) || !matches!(run.plan, Plan::Download { .. }))
+                {
+                    return Err(format!("{key} {}: download {:?} is not its effect in flight", inc.uid(), run.id));
+                }
                 let Some(id) = inc.inflight else { continue };
                 match self.inflight.get(&id) {
                     Some(Owner::Inc { key: k, uid, .. }) if k == key && uid == inc.uid() => {}

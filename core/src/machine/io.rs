@@ -8,7 +8,7 @@ use crate::dest_path::DestPath;
 use crate::model::{Kind, ModelKey, ModelObject, Uid};
 use crate::placement::NodeView;
 use crate::time::Instant;
-use crate::wire::{EntryOwner, ModelEntry, ModelStatus};
+use crate::wire::{DownloadProgress, EntryOwner, ModelEntry, ModelStatus};
 
 /// `--models-root-write-check`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -145,6 +145,28 @@ pub enum NodeReadResult {
 pub enum Outcome {
     Done,
     Failed(String),
+    /// How an `Op::Download` ended (a plain `Done` or `Failed` is also accepted for one).
+    Downloaded(DownloadEnd),
+}
+
+/// How a download ended, and what it left on disk.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DownloadEnd {
+    /// The destination carries this uid's ownership marker (written before the first byte), so
+    /// the directory is this uid's to trash whatever the result; without it, it is not.
+    pub marked: bool,
+    pub result: DownloadResult,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DownloadResult {
+    /// Every file is in place and verified; `commit` is the revision it came from (the entry's
+    /// `config.artifact.sha`).
+    Done { commit: String },
+    /// The source may ask to wait at least `retry_after_ms` (a 429's `Retry-After`, a gated repo).
+    Failed { reason: String, retry_after_ms: Option<u64> },
+    /// Stopped because the core asked (`Op::CancelDownload`); its partial files are kept.
+    Cancelled,
 }
 
 /// What the shell found at the models root.
@@ -269,6 +291,11 @@ pub enum Input {
         id: EffectId,
         snapshot: DriftSnapshot,
     },
+    /// How far the download `id` has come (the shell reports at most every 30 s, OME's cadence).
+    DownloadProgress {
+        id: EffectId,
+        progress: DownloadProgress,
+    },
     /// Nothing happened but time passed (a timer the shell was asked to wake for).
     Tick,
     /// SIGTERM: from now on no new destructive effect.
@@ -304,8 +331,11 @@ pub enum Op {
     Unpublish { key: ModelKey, uid: Uid, label_key: String, remove_label: bool, cm_key: String },
     /// Check that a `local://` directory exists and is readable. Never writes.
     VerifyLocal { key: ModelKey, uid: Uid, path: String },
-    /// Download into `dest` and mark the directory as owned by `uid`.
+    /// Download into `dest` and mark the directory as owned by `uid`; answered by
+    /// `Outcome::Downloaded`, with `Input::DownloadProgress` on the way.
     Download { key: ModelKey, uid: Uid, storage_uri: String, dest: DestPath },
+    /// Stop the download `download` (no outcome of its own: the download's outcome follows).
+    CancelDownload { download: EffectId },
     /// Destructive. Move a directory the agent owns (its marker says `uid`) to
     /// `<root>/.model-agent-trash/<trash_name>`; a directory whose marker differs is left alone.
     TrashDir { key: Option<ModelKey>, uid: Uid, path: String, trash_name: String },

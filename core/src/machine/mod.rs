@@ -34,7 +34,7 @@ pub use claims::collision_reason;
 use drift::OrphanCheck;
 pub use io::*;
 pub use readiness::{Check, Readiness};
-pub use records::{Fetched, Incarnation, Life, Plan, Published, ReadState, Sent, Slot};
+pub use records::{DownloadRun, Fetched, Incarnation, Life, Plan, Published, ReadState, Sent, Slot};
 pub use tables::Want;
 use tables::{Context, IncOp, eligible_now, next_op, want};
 use timers::sync_timers;
@@ -365,6 +365,7 @@ impl State {
                     self.on_snapshot(st, requested_seq, snapshot);
                 }
             }
+            Input::DownloadProgress { id, progress } => self.on_download_progress(st, id, progress),
             Input::Tick => {}
             Input::Shutdown => self.shutting_down = true,
         }
@@ -451,5 +452,7 @@ mod tests;
 mod tests_bounds;
 #[cfg(test)]
 mod tests_collisions;
+#[cfg(test)]
+mod tests_downloads;
 #[cfg(test)]
 mod tests_views;

@@ -17,7 +17,7 @@ impl State {
             Owner::Orphan => {
                 self.inflight.remove(&id);
                 match outcome {
-                    Outcome::Done => self.stats.orphans_removed += 1,
+                    Outcome::Done | Outcome::Downloaded(_) => self.stats.orphans_removed += 1,
                     // The next drift pass finds it again.
                     Outcome::Failed(reason) => {
                         self.stats.effects_failed += 1;
@@ -45,20 +45,20 @@ impl State {
             return;
         };
         inc.inflight = None;
+        inc.download = None;
         inc.changed_seq = st.seq;
         st.dirty.push(key.clone());
-        match (outcome, what) {
-            (Outcome::Done, what) => {
+        let outcome = match (outcome, what) {
+            (outcome, IncOp::Fetch { plan }) => return fetch_done(inc, (&config, &mut self.prng), now, plan, outcome),
+            (outcome, what) => (outcome, what),
+        };
+        match outcome {
+            (Outcome::Done | Outcome::Downloaded(_), what) => {
                 inc.failures = 0;
                 match what {
                     IncOp::Publish { status, reason } => inc.published = Published::Status { status, reason },
                     IncOp::Unpublish => inc.published = Published::Nothing,
-                    IncOp::Fetch { plan } => {
-                        if let Plan::Download { dest, .. } = &plan {
-                            inc.owned_dir = dest.beneath_root.clone();
-                        }
-                        inc.fetched = Fetched::Done { plan: Box::new(plan) };
-                    }
+                    IncOp::Fetch { .. } => unreachable!("fetch outcomes are handled above"),
                     IncOp::Trash { name } => {
                         inc.owned_dir = None;
                         let purge_at = now.plus_ms(config.trash_grace_ms);
@@ -66,13 +66,6 @@ impl State {
                         self.set_timer(purge_at, TimerKey::Purge(name));
                     }
                 }
-            }
-            (Outcome::Failed(reason), IncOp::Fetch { plan }) => {
-                // The model is Failed on this node (published, and noted, next), and fetched
-                // again later.
-                let delay = inc.failed_once(&config, &mut self.prng);
-                let reason = Arc::from(reason.as_str());
-                inc.fetched = Fetched::Failed { plan: Box::new(plan), reason, retry_at: now.plus_ms(delay) };
             }
             (Outcome::Failed(reason), _) => {
                 let delay = inc.failed_once(&config, &mut self.prng);
@@ -83,10 +76,40 @@ impl State {
         }
     }
 
+    /// A download's progress goes into its entry (the label stays Updating): only while the
+    /// model is here, Updating, undisputed and not being cancelled. Fire and forget: a lost
+    /// write is replaced by the next report, and the writer keeps effects in order, so it
+    /// never lands after the final Ready, Failed or withdrawal.
+    pub(super) fn on_download_progress(&mut self, st: &mut Step, id: EffectId, progress: wire::DownloadProgress) {
+        let Some(Owner::Inc { key, uid, .. }) = self.inflight.get(&id).cloned() else { return };
+        let Some(inc) = self.slots.get(&key).and_then(|s| s.current.as_ref()).filter(|i| *i.uid() == uid) else {
+            return;
+        };
+        let running = inc.download.as_ref().is_some_and(|run| run.id == id && !run.cancel_sent);
+        let updating = matches!(inc.published, Published::Status { status: ModelStatus::Updating, .. });
+        if !(running && updating && inc.life == Life::Observed && inc.held_by.is_none()) {
+            return;
+        }
+        let entry = wire::ModelEntry {
+            uid: Some(uid.as_str().to_string()),
+            progress: Some(progress),
+            ..wire::ModelEntry::new(&key.name, ModelStatus::Updating)
+        };
+        let op = Op::Publish {
+            label_key: wire::label_key(&key),
+            label: None,
+            cm_key: wire::configmap_key(&key),
+            entry: Box::new(entry),
+            key,
+            uid,
+        };
+        self.emit(st, op, None);
+    }
+
     /// A purge that failed is tried again after the longest retry delay.
     fn purge_done(&mut self, st: &mut Step, id: EffectId, name: String, outcome: Outcome) {
         match outcome {
-            Outcome::Done => {
+            Outcome::Done | Outcome::Downloaded(_) => {
                 self.trash.remove(&name);
             }
             Outcome::Failed(reason) => {
@@ -97,5 +120,37 @@ impl State {
                 st.notes.push(Note::EffectFailed { id, reason, retry_in_ms: delay });
             }
         }
+    }
+}
+
+/// A check or a download ended. Failed: the model is Failed on this node (published, and noted,
+/// next) and fetched again after the backoff, or after the source's own delay when that is
+/// longer. Cancelled: nothing to wait for (the core asked; what follows decides).
+fn fetch_done(inc: &mut Incarnation, (config, prng): (&Config, &mut Prng), now: Instant, plan: Plan, outcome: Outcome) {
+    let dest = match &plan {
+        Plan::Download { dest, .. } => dest.beneath_root.clone(),
+        Plan::Verify { .. } => None,
+    };
+    let (marked, result) = match outcome {
+        // A plain outcome (the simulator's, or a trace's) for a download: marked when done.
+        Outcome::Done => (true, DownloadResult::Done { commit: String::new() }),
+        Outcome::Failed(reason) => (false, DownloadResult::Failed { reason, retry_after_ms: None }),
+        Outcome::Downloaded(end) => (end.marked, end.result),
+    };
+    if marked && dest.is_some() {
+        inc.owned_dir = dest;
+    }
+    match result {
+        DownloadResult::Done { commit } => {
+            inc.failures = 0;
+            let commit = Some(commit).filter(|c| !c.is_empty()).map(|c| Arc::from(c.as_str()));
+            inc.fetched = Fetched::Done { plan: Box::new(plan), commit };
+        }
+        DownloadResult::Failed { reason, retry_after_ms } => {
+            let delay = inc.failed_once(config, prng).max(retry_after_ms.unwrap_or(0));
+            let reason = Arc::from(reason.as_str());
+            inc.fetched = Fetched::Failed { plan: Box::new(plan), reason, retry_at: now.plus_ms(delay) };
+        }
+        DownloadResult::Cancelled => inc.fetched = Fetched::No,
     }
 }

@@ -79,6 +79,9 @@ pub enum Fetched {
     /// Boxed: most incarnations never fetch, and every one carries this field.
     Done {
         plan: Box<Plan>,
+        /// The commit a download came from (`None` for a check, or an outcome without one).
+        #[serde(default)]
+        commit: Option<Arc<str>>,
     },
     Failed {
         plan: Box<Plan>,
@@ -92,6 +95,15 @@ pub enum Fetched {
 pub enum Plan {
     Verify { path: String },
     Download { storage_uri: String, dest: DestPath },
+}
+
+/// A download in flight (`Incarnation::inflight` is its id).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DownloadRun {
+    pub id: EffectId,
+    pub plan: Plan,
+    /// `Op::CancelDownload` was sent: the outcome is awaited, nothing more is asked.
+    pub cancel_sent: bool,
 }
 
 /// One object incarnation (one uid) and its progress on this node.
@@ -109,6 +121,8 @@ pub struct Incarnation {
     /// wins).
     pub view_seq: u64,
     pub inflight: Option<EffectId>,
+    /// Set while the effect in flight is a download: boxed, as few incarnations download.
+    pub download: Option<Box<DownloadRun>>,
     /// Consecutive failed effects, for backoff; reset on success.
     pub failures: u32,
     pub blocked_until: Option<Instant>,
@@ -132,6 +146,7 @@ impl Incarnation {
             owned_dir: None,
             view_seq: seq,
             inflight: None,
+            download: None,
             failures: 0,
             blocked_until: None,
             changed_seq: seq,

@@ -2,7 +2,7 @@
 
 use super::claims::{Contest, contest};
 use super::evidence::decide_exit;
-use super::tables::{PlacementStep, placement_step};
+use super::tables::{PlacementStep, download_stays, placement_step};
 use super::watch::displace;
 use super::*;
 
@@ -149,6 +149,7 @@ pub(super) fn drive(
     slot: &mut Slot,
 ) {
     let mut actions: Vec<(Uid, Op, IncOp)> = Vec::new();
+    let mut cancels: Vec<Uid> = Vec::new();
     let mut finished: Vec<Uid> = Vec::new();
     let former_owns_dir = slot.former.iter().any(owns_unreserved_dir);
     // Earlier incarnations first: the current one acts only once none of them is pending, has an
@@ -160,7 +161,8 @@ pub(super) fn drive(
         if !is_current && (inc.is_pending() || inc.inflight.is_some()) {
             former_unsettled = true;
         }
-        if inc.inflight.is_some() || inc.blocked_until.is_some_and(|t| t > env.now) {
+        let running = inc.download.as_deref().filter(|run| !run.cancel_sent);
+        if running.is_none() && (inc.inflight.is_some() || inc.blocked_until.is_some_and(|t| t > env.now)) {
             continue;
         }
         let ctx = Context {
@@ -179,6 +181,12 @@ pub(super) fn drive(
                 Want::Collides(owner) => Some(owner.clone()),
                 _ => None,
             };
+        }
+        if let Some(run) = running {
+            if !download_stays(&want, &run.plan) {
+                cancels.push(inc.uid().clone());
+            }
+            continue;
         }
         match next_op(key, inc, &want, &ctx, env.now) {
             Some((op, _)) if env.shutting_down && op.is_destructive() => {}
@@ -202,10 +210,22 @@ pub(super) fn drive(
         }
     }
     note_collision(emitter, key, slot, held_by);
+    emit_cancels(emitter, slot, cancels);
     emit_actions(emitter, key, slot, actions);
     if !finished.is_empty() {
         drop_finished(timers, stats, key, slot, &finished);
         stats.candidates += normalize(slot, env.now, env.seq);
+    }
+}
+
+/// Ask the shell to stop each download no longer wanted; its outcome comes back as usual, and
+/// only then is its directory cleaned up or fetched again.
+fn emit_cancels(emitter: &mut Emitter, slot: &mut Slot, cancels: Vec<Uid>) {
+    for uid in cancels {
+        let Some(run) = slot.find_mut(&uid).and_then(|inc| inc.download.as_deref_mut()) else { continue };
+        run.cancel_sent = true;
+        let download = run.id;
+        emitter.emit(Op::CancelDownload { download }, None);
     }
 }
 
@@ -230,10 +250,15 @@ fn emit_actions(emitter: &mut Emitter, key: &ModelKey, slot: &mut Slot, actions:
             let note = Note::ModelFailed { key: key.clone(), uid: uid.clone(), reason };
             emitter.notes.push(note);
         }
+        let plan = match (&op, &what) {
+            (Op::Download { .. }, IncOp::Fetch { plan }) => Some(plan.clone()),
+            _ => None,
+        };
         let owner = Owner::Inc { key: key.clone(), uid: uid.clone(), what };
         let id = emitter.emit(op, Some(owner));
         if let Some(inc) = slot.find_mut(&uid) {
             inc.inflight = Some(id);
+            inc.download = plan.map(|plan| Box::new(DownloadRun { id, plan, cancel_sent: false }));
         }
     }
 }

@@ -12,7 +12,7 @@ use crate::model::ModelKey;
 use crate::placement::{NodeView, placement};
 use crate::storage_uri::Provisioning;
 use crate::time::Instant;
-use crate::wire::{self, ModelEntry, ModelStatus};
+use crate::wire::{self, Artifact, ModelConfig, ModelEntry, ModelStatus};
 
 /// What an incarnation should look like on this node.
 #[derive(Clone, Debug, PartialEq)]
@@ -227,6 +227,16 @@ pub fn want(inc: &Incarnation, ctx: &Context) -> Want {
     }
 }
 
+/// Does a download in flight go on? Only while the same plan is wanted, or nothing can be
+/// known yet (a pending candidate may be a phantom: it keeps downloading until confirmed).
+pub fn download_stays(want: &Want, running: &Plan) -> bool {
+    match want {
+        Want::Hold => true,
+        Want::Fetch(plan) => plan == running,
+        Want::Absent | Want::Failed(_) | Want::Ready | Want::Collides(_) => false,
+    }
+}
+
 pub fn read_only_reason(models_root: &str, root: &RootProbe, scheme: &str) -> String {
     let detail = if root.detail.is_empty() { String::new() } else { format!(" ({})", root.detail) };
     format!("models root {models_root} is read-only{detail}; {scheme}:// models need write access to download")
@@ -249,7 +259,7 @@ pub fn next_op(key: &ModelKey, inc: &Incarnation, want: &Want, ctx: &Context, no
         Want::Failed(reason) => publish_op(key, inc, ModelStatus::Failed, Some(reason)),
         Want::Ready => publish_op(key, inc, ModelStatus::Ready, None),
         Want::Fetch(plan) => match &inc.fetched {
-            Fetched::Done { plan: done } if **done == *plan => publish_op(key, inc, ModelStatus::Ready, None),
+            Fetched::Done { plan: done, .. } if **done == *plan => publish_op(key, inc, ModelStatus::Ready, None),
             Fetched::Failed { plan: failed, reason, .. } if **failed == *plan => {
                 publish_op(key, inc, ModelStatus::Failed, Some(reason))
             }
@@ -268,6 +278,7 @@ fn publish_op(key: &ModelKey, inc: &Incarnation, status: ModelStatus, reason: Op
     let entry = ModelEntry {
         uid: Some(inc.uid().as_str().to_string()),
         reason: reason.as_deref().map(str::to_string),
+        config: if status == ModelStatus::Ready { artifact_config(key, inc) } else { None },
         ..ModelEntry::new(&key.name, status)
     };
     let op = Op::Publish {
@@ -279,6 +290,19 @@ fn publish_op(key: &ModelKey, inc: &Incarnation, status: ModelStatus, reason: Op
         entry: Box::new(entry),
     };
     Some((op, IncOp::Publish { status, reason }))
+}
+
+/// A downloaded model's entry names what it holds, in OME's shape: the commit, and this
+/// model's own key and directory as the parent (no children: one copy per model for now).
+fn artifact_config(key: &ModelKey, inc: &Incarnation) -> Option<ModelConfig> {
+    let Fetched::Done { plan, commit } = &inc.fetched else { return None };
+    let Plan::Download { dest, .. } = &**plan else { return None };
+    let artifact = Artifact {
+        sha: commit.as_deref().unwrap_or_default().to_string(),
+        parent_path: Some([(wire::configmap_key(key), dest.absolute.clone())].into()),
+        children_paths: Some(Vec::new()),
+    };
+    Some(ModelConfig { artifact, ..ModelConfig::default() })
 }
 
 /// Leaving: first the label and entry, then the directory it owns (unless its artifact is

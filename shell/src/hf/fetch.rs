@@ -1,42 +1,47 @@
 //! One file from `resolve/{commit}/{path}` into a partial file: resumed from its kept prefix, hashed while
 //! streaming, checked for size and hash at the end.
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::fs::File;
+use std::io::{Seek, SeekFrom, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use http::StatusCode;
 use http::header::{CONTENT_LENGTH, CONTENT_RANGE};
 
 use super::error::{RequestContext, classify_status};
-use super::hashing::StreamHasher;
-use super::http::{BodyEvent, next_body_event};
+use super::hashing::{StreamHasher, hash_prefix};
+use super::http::{BodyEvent, ByteRange, next_body_event};
 use super::listing::RemoteFile;
 use super::paths::{check_repo_id, check_repo_path, is_commit_sha};
 use super::{HfError, HfSource, encode_path};
 
 /// In-call resumes after a cut connection that made progress; anything beyond goes back to the caller.
 pub(super) const CUT_RESUMES_MAX: u32 = 3;
-const PREFIX_READ_CHUNK_BYTES: usize = 1 << 20;
 
-/// Downloads `file` of `repo_id` at `commit` into `partial_path`. On success the partial file holds the
-/// verified content (synced); the caller renames it into place. Stalled and Truncated keep the partial
-/// for resume; Integrity removes it.
+/// What a transfer has done so far, read by the caller's progress reports while it runs.
+#[derive(Debug, Default)]
+pub struct Meter {
+    /// Bytes of the file held in its partial file (a restart from zero sets it back).
+    pub have_bytes: AtomicU64,
+    /// Body bytes received over the network.
+    pub fetched_bytes: AtomicU64,
+}
+
+/// Downloads `file` of `repo_id` at `commit` into `partial`, a file the caller opened (relative to its
+/// partial directory's fd, so nothing here goes by path) for reading and writing. On success the partial
+/// file holds the verified content (synced); the caller renames it into place. Stalled and Truncated keep
+/// the partial for resume; Integrity empties it.
 pub async fn fetch_file(
     source: &HfSource,
     repo_id: &str,
     commit: &str,
     file: &RemoteFile,
-    partial_path: &Path,
+    partial: File,
     stall_timeout_ms: u64,
+    meter: &Meter,
 ) -> Result<(), HfError> {
-    check_repo_id(repo_id)?;
-    check_repo_path(&file.path)?;
-    if !is_commit_sha(commit) {
-        return Err(HfError::Protocol { reason: format!("{commit:?} is not a commit sha") });
-    }
-    let url = source.url(&format!("/{repo_id}/resolve/{commit}/{}", encode_path(&file.path)))?;
-    let mut partial = Partial::open(partial_path, file).await?;
+    let url = resolve_url(source, repo_id, commit, file)?;
+    let mut partial = Partial::open(partial, file, meter).await?;
     let mut cut_resumes = 0;
     loop {
         if partial.len_bytes == file.size_bytes {
@@ -53,6 +58,21 @@ pub async fn fetch_file(
     }
 }
 
+/// `resolve/{commit}/{path}`, after checking every part of it.
+pub(super) fn resolve_url(
+    source: &HfSource,
+    repo_id: &str,
+    commit: &str,
+    file: &RemoteFile,
+) -> Result<http::Uri, HfError> {
+    check_repo_id(repo_id)?;
+    check_repo_path(&file.path)?;
+    if !is_commit_sha(commit) {
+        return Err(HfError::Protocol { reason: format!("{commit:?} is not a commit sha") });
+    }
+    source.url(&format!("/{repo_id}/resolve/{commit}/{}", encode_path(&file.path)))
+}
+
 /// One GET from the partial's length to the end of the file (or to a failure).
 async fn transfer(
     source: &HfSource,
@@ -62,7 +82,8 @@ async fn transfer(
     stall_timeout_ms: u64,
 ) -> Result<(), HfError> {
     let range_start = (partial.len_bytes > 0).then_some(partial.len_bytes);
-    let (response, token_sent) = source.client.get(url, &source.credentials(), range_start, stall_timeout_ms).await?;
+    let range = range_start.map(|start| ByteRange { start, end: None });
+    let (response, token_sent) = source.client.get(url, &source.credentials(), range, stall_timeout_ms).await?;
     let path = partial.file.path.as_str();
     match response.status() {
         StatusCode::OK if range_start.is_some() => partial.restart()?,
@@ -133,19 +154,17 @@ fn check_content_range(response: &http::Response<hyper::body::Incoming>, partial
 /// The partial file and the hash of what it holds.
 struct Partial<'a> {
     file: &'a RemoteFile,
-    path: PathBuf,
     handle: File,
     len_bytes: u64,
     hasher: StreamHasher,
+    meter: &'a Meter,
 }
 
 impl<'a> Partial<'a> {
-    /// Opens (or creates) the partial file and hashes its kept prefix once; a prefix longer than the file
-    /// cannot be right and is dropped.
-    async fn open(path: &Path, file: &'a RemoteFile) -> Result<Partial<'a>, HfError> {
-        let io_error = |e: std::io::Error| HfError::LocalIo { path: path.display().to_string(), reason: e.to_string() };
-        let mut handle =
-            OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(io_error)?;
+    /// Hashes the kept prefix of the partial file once; a prefix longer than the file cannot be right and
+    /// is dropped.
+    async fn open(mut handle: File, file: &'a RemoteFile, meter: &'a Meter) -> Result<Partial<'a>, HfError> {
+        let io_error = |e: std::io::Error| HfError::LocalIo { path: partial_name(file), reason: e.to_string() };
         let mut len_bytes = handle.metadata().map_err(io_error)?.len();
         if len_bytes > file.size_bytes {
             handle.set_len(0).map_err(io_error)?;
@@ -153,20 +172,23 @@ impl<'a> Partial<'a> {
         }
         let hasher = StreamHasher::new(&file.hash, file.size_bytes);
         let reader = handle.try_clone().map_err(io_error)?;
-        let hashed = tokio::task::spawn_blocking(move || hash_prefix(reader, len_bytes, hasher)).await;
+        let hashed = tokio::task::spawn_blocking(move || hash_prefix(&reader, len_bytes, hasher, &|| false)).await;
         let hasher = hashed.map_err(|e| io_error(std::io::Error::other(e)))?.map_err(io_error)?;
         handle.seek(SeekFrom::Start(len_bytes)).map_err(io_error)?;
-        Ok(Partial { file, path: path.to_owned(), handle, len_bytes, hasher })
+        meter.have_bytes.store(len_bytes, Ordering::Relaxed);
+        Ok(Partial { file, handle, len_bytes, hasher, meter })
     }
 
     fn io_error(&self, error: std::io::Error) -> HfError {
-        HfError::LocalIo { path: self.path.display().to_string(), reason: error.to_string() }
+        HfError::LocalIo { path: partial_name(self.file), reason: error.to_string() }
     }
 
     fn append(&mut self, data: &[u8]) -> Result<(), HfError> {
         self.handle.write_all(data).map_err(|e| self.io_error(e))?;
         self.hasher.update(data);
         self.len_bytes += data.len() as u64;
+        self.meter.fetched_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.meter.have_bytes.store(self.len_bytes, Ordering::Relaxed);
         Ok(())
     }
 
@@ -175,6 +197,7 @@ impl<'a> Partial<'a> {
         self.handle.set_len(0).map_err(|e| self.io_error(e))?;
         self.handle.seek(SeekFrom::Start(0)).map_err(|e| self.io_error(e))?;
         self.len_bytes = 0;
+        self.meter.have_bytes.store(0, Ordering::Relaxed);
         self.hasher = StreamHasher::new(&self.file.hash, self.file.size_bytes);
         Ok(())
     }
@@ -184,40 +207,27 @@ impl<'a> Partial<'a> {
         HfError::Truncated { path, got_bytes: self.len_bytes, expected_bytes: self.file.size_bytes, reason }
     }
 
-    /// Removes the partial file: its bytes are wrong. Returns the Integrity error to give.
+    /// Empties the partial file: its bytes are wrong. Returns the Integrity error to give.
     fn discard(&self, expected: String, got: String) -> HfError {
-        if let Err(error) = std::fs::remove_file(&self.path) {
+        self.meter.have_bytes.store(0, Ordering::Relaxed);
+        if let Err(error) = self.handle.set_len(0) {
             return self.io_error(error);
         }
         HfError::Integrity { path: self.file.path.clone(), expected, got }
     }
 
-    /// The full file is here: its hash decides whether it is kept (synced) or removed.
-    fn verify(self) -> Result<(), HfError> {
-        let got = self.hasher.finish_hex();
+    /// The full file is here: its hash decides whether it is kept (synced) or emptied.
+    fn verify(mut self) -> Result<(), HfError> {
+        let hasher = std::mem::replace(&mut self.hasher, StreamHasher::new(&self.file.hash, 0));
+        let got = hasher.finish_hex();
         if got == self.file.hash.expected_hex() {
-            let synced = self.handle.sync_data();
-            return synced
-                .map_err(|e| HfError::LocalIo { path: self.path.display().to_string(), reason: e.to_string() });
+            return self.handle.sync_data().map_err(|e| self.io_error(e));
         }
-        let _ = std::fs::remove_file(&self.path);
-        Err(HfError::Integrity { path: self.file.path.clone(), expected: self.file.hash.describe(), got })
+        Err(self.discard(self.file.hash.describe(), got))
     }
 }
 
-/// Hashes the first `len_bytes` of `reader` into `hasher` (blocking: a prefix can be gigabytes).
-fn hash_prefix(mut reader: File, len_bytes: u64, mut hasher: StreamHasher) -> std::io::Result<StreamHasher> {
-    reader.seek(SeekFrom::Start(0))?;
-    let mut buffer = vec![0u8; PREFIX_READ_CHUNK_BYTES];
-    let mut left_bytes = len_bytes;
-    while left_bytes > 0 {
-        let want = buffer.len().min(usize::try_from(left_bytes).unwrap_or(usize::MAX));
-        let got = reader.read(&mut buffer[..want])?;
-        if got == 0 {
-            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "partial file shrank while hashed"));
-        }
-        hasher.update(&buffer[..got]);
-        left_bytes -= got as u64;
-    }
-    Ok(hasher)
+/// How errors name a partial file (the repo path it is for).
+fn partial_name(file: &RemoteFile) -> String {
+    format!("partial file of {}", file.path)
 }

@@ -1,7 +1,14 @@
 //! The hashes the tree API gives per file, computed while streaming.
 
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+
 use sha1::Sha1;
 use sha2::{Digest, Sha256};
+
+use super::listing::RemoteFile;
+
+const READ_CHUNK_BYTES: usize = 1 << 20;
 
 /// What a file's bytes must hash to (lowercase hex).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,6 +70,40 @@ impl StreamHasher {
             StreamHasher::GitBlobSha1(hasher) => hex(&hasher.finalize()),
         }
     }
+}
+
+/// Hashes the first `len_bytes` of `reader` into `hasher` with positional reads (blocking: a prefix can be
+/// gigabytes; one fixed buffer). `stop` is asked between chunks; true ends it with `Interrupted`.
+pub(super) fn hash_prefix(
+    reader: &File,
+    len_bytes: u64,
+    mut hasher: StreamHasher,
+    stop: &dyn Fn() -> bool,
+) -> std::io::Result<StreamHasher> {
+    let mut buffer = vec![0u8; READ_CHUNK_BYTES];
+    let mut offset = 0;
+    while offset < len_bytes {
+        if stop() {
+            return Err(std::io::Error::new(std::io::ErrorKind::Interrupted, "stopped while hashing"));
+        }
+        let want = buffer.len().min(usize::try_from(len_bytes - offset).unwrap_or(usize::MAX));
+        let got = reader.read_at(&mut buffer[..want], offset)?;
+        if got == 0 {
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "file shrank while hashed"));
+        }
+        hasher.update(&buffer[..got]);
+        offset += got as u64;
+    }
+    Ok(hasher)
+}
+
+/// Whether `reader` holds exactly `remote`'s content: its size, then its hash, read once (blocking).
+pub fn file_matches(reader: &File, remote: &RemoteFile, stop: &dyn Fn() -> bool) -> std::io::Result<bool> {
+    if reader.metadata()?.len() != remote.size_bytes {
+        return Ok(false);
+    }
+    let hasher = hash_prefix(reader, remote.size_bytes, StreamHasher::new(&remote.hash, remote.size_bytes), stop)?;
+    Ok(hasher.finish_hex() == remote.hash.expected_hex())
 }
 
 fn hex(bytes: &[u8]) -> String {

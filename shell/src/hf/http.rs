@@ -60,6 +60,22 @@ impl Credentials<'_> {
     }
 }
 
+/// The bytes a ranged GET asks for: from `start` to `end` (exclusive), or to the end of the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct ByteRange {
+    pub start: u64,
+    pub end: Option<u64>,
+}
+
+impl ByteRange {
+    fn header_value(self) -> String {
+        match self.end {
+            Some(end) => format!("bytes={}-{}", self.start, end.saturating_sub(1)),
+            None => format!("bytes={}-", self.start),
+        }
+    }
+}
+
 /// One step of reading a body.
 pub(super) enum BodyEvent {
     Data(Bytes),
@@ -82,14 +98,14 @@ impl HttpClient {
         HttpClient { client }
     }
 
-    /// GET `url` (from byte `range_start` when given), following redirects; the token is attached only
+    /// GET `url` (bytes `range` when given), following redirects; the token is attached only
     /// to requests for the credentials' origin, so a CDN on another host never sees it. Returns the last
     /// answer, whatever its status, and whether the token went with it.
     pub async fn get(
         &self,
         url: Uri,
         credentials: &Credentials<'_>,
-        range_start: Option<u64>,
+        range: Option<ByteRange>,
         stall_timeout_ms: u64,
     ) -> Result<(Response<Incoming>, bool), HfError> {
         let mut url = url;
@@ -99,8 +115,8 @@ impl HttpClient {
             if let Some(token) = token {
                 request = request.header(AUTHORIZATION, format!("Bearer {token}"));
             }
-            if let Some(start) = range_start {
-                request = request.header(RANGE, format!("bytes={start}-"));
+            if let Some(range) = range {
+                request = request.header(RANGE, range.header_value());
             }
             let request = request.body(Empty::new()).map_err(|e| HfError::Protocol { reason: e.to_string() })?;
             let answer = tokio::time::timeout(Duration::from_millis(stall_timeout_ms), self.client.request(request));

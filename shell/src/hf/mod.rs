@@ -10,16 +10,20 @@ mod listing;
 #[cfg(test)]
 mod olah_tests;
 mod paths;
+mod ranged;
 #[cfg(test)]
 mod tests;
 
 use std::fmt;
 
 pub use error::HfError;
-pub use fetch::fetch_file;
+pub use fetch::{Meter, fetch_file};
+#[cfg(test)]
 pub use hashing::FileHash;
+pub use hashing::file_matches;
 pub use listing::RemoteFile;
-pub use paths::{check_repo_id, check_repo_path, is_commit_sha};
+pub use paths::{check_repo_id, is_commit_sha};
+pub use ranged::{RangeAnswer, fetch_range};
 
 /// A Hub endpoint and the token for it (sent to that origin only).
 #[derive(Clone)]
@@ -59,6 +63,7 @@ impl HfSource {
         Ok(HfSource { endpoint, token, origin, client, api_stall_timeout_ms })
     }
 
+    #[cfg(test)]
     pub fn endpoint(&self) -> &str {
         &self.endpoint
     }

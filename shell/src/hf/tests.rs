@@ -69,6 +69,22 @@ async fn remote_file(source: &HfSource, commit: &str, path: &str) -> RemoteFile 
     files.into_iter().find(|f| f.path == path).unwrap()
 }
 
+/// `fetch_file` into a partial file opened here (the engine opens it relative to its partial directory).
+async fn fetch(
+    source: &HfSource,
+    commit: &str,
+    file: &RemoteFile,
+    partial: &std::path::Path,
+    stall_timeout_ms: u64,
+) -> Result<(), HfError> {
+    let handle = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(partial);
+    let meter = Meter::default();
+    let result = fetch_file(source, REPO, commit, file, handle.unwrap(), stall_timeout_ms, &meter).await;
+    let len = std::fs::metadata(partial).unwrap().len();
+    assert_eq!(meter.have_bytes.load(std::sync::atomic::Ordering::Relaxed), len, "the meter follows the partial");
+    result
+}
+
 fn lfs_fault_file(hub: &FakeHub, fault: Fault) {
     hub.faults().add(fault);
 }
@@ -122,7 +138,7 @@ async fn lfs_files_come_from_the_cdn_without_the_token() {
     let commit = source.resolve(REPO, "main").await.unwrap();
     let file = remote_file(&source, &commit, LFS_PATH).await;
     let scratch = Scratch::new("cdn");
-    fetch_file(&source, REPO, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap();
+    fetch(&source, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap();
     assert_eq!(std::fs::metadata(scratch.partial()).unwrap().len(), LFS_BYTES);
     let requests = hub.requests();
     let cdn: Vec<_> = requests.iter().filter(|r| r.listener == Listener::Cdn).collect();
@@ -143,7 +159,7 @@ async fn private_repos_need_their_token() {
     let commit = source.resolve(REPO, "main").await.unwrap();
     let file = remote_file(&source, &commit, "config.json").await;
     let scratch = Scratch::new("private");
-    fetch_file(&source, REPO, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap();
+    fetch(&source, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap();
     assert_eq!(std::fs::read(scratch.partial()).unwrap(), b"{\"v\":\"one\"}");
 }
 
@@ -156,14 +172,14 @@ async fn gated_files_say_gated_and_retry_slowly() {
         let source = source(&hub, token);
         let commit = source.resolve(REPO, "main").await.unwrap();
         let file = remote_file(&source, &commit, "config.json").await;
-        let error = fetch_file(&source, REPO, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap_err();
+        let error = fetch(&source, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap_err();
         assert_eq!(error, HfError::Gated { repo_id: REPO.into(), token_sent });
         assert!(error.retry_slowly() && error.to_string().contains("gated"));
     }
     let source = source(&hub, Some("granted"));
     let commit = source.resolve(REPO, "main").await.unwrap();
     let file = remote_file(&source, &commit, LFS_PATH).await;
-    fetch_file(&source, REPO, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap();
+    fetch(&source, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap();
 }
 
 #[tokio::test]
@@ -189,11 +205,11 @@ async fn a_cut_transfer_resumes_from_the_kept_prefix() {
     let truncate = |count| Fault::Truncate { repo: REPO.into(), path: LFS_PATH.into(), after_bytes: 100_000, count };
     // More cuts than the call resumes by itself: the caller sees Truncated with the prefix kept.
     lfs_fault_file(&hub, truncate(super::fetch::CUT_RESUMES_MAX + 1));
-    let error = fetch_file(&source, REPO, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap_err();
+    let error = fetch(&source, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap_err();
     assert!(matches!(error, HfError::Truncated { .. }), "{error}");
     let kept = std::fs::metadata(scratch.partial()).unwrap().len();
     assert!(kept > 0 && kept < LFS_BYTES, "kept {kept}");
-    fetch_file(&source, REPO, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap();
+    fetch(&source, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap();
     let served = hub.bytes_served(REPO, LFS_PATH);
     assert!(served <= LFS_BYTES + LFS_BYTES / 10, "served {served} for {LFS_BYTES}");
     let ranged = hub.requests().iter().filter(|r| r.listener == Listener::Cdn && r.range.is_some()).count();
@@ -211,15 +227,15 @@ async fn a_stalled_transfer_ends_within_the_stall_timeout_and_keeps_its_prefix()
         Fault::Stall { repo: REPO.into(), path: LFS_PATH.into(), after_bytes: 200_000, stall_ms: 20_000, count: 1 };
     hub.faults().add(stall);
     let started = std::time::Instant::now();
-    let error = fetch_file(&source, REPO, &commit, &file, &scratch.partial(), 500).await.unwrap_err();
+    let error = fetch(&source, &commit, &file, &scratch.partial(), 500).await.unwrap_err();
     assert!(matches!(error, HfError::Stalled { stall_timeout_ms: 500, .. }), "{error}");
     assert!(started.elapsed() < std::time::Duration::from_millis(3_000), "{:?}", started.elapsed());
     assert!(std::fs::metadata(scratch.partial()).unwrap().len() > 0);
-    fetch_file(&source, REPO, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap();
+    fetch(&source, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap();
 }
 
 #[tokio::test]
-async fn a_corrupt_body_is_an_integrity_error_and_the_partial_is_removed() {
+async fn a_corrupt_body_is_an_integrity_error_and_the_partial_is_emptied() {
     let hub = public_hub();
     let source = source(&hub, None);
     let commit = source.resolve(REPO, "main").await.unwrap();
@@ -227,9 +243,9 @@ async fn a_corrupt_body_is_an_integrity_error_and_the_partial_is_removed() {
     for path in [LFS_PATH, "config.json"] {
         let file = remote_file(&source, &commit, path).await;
         hub.faults().add(Fault::Corrupt { repo: REPO.into(), path: path.into(), count: 1 });
-        let error = fetch_file(&source, REPO, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap_err();
+        let error = fetch(&source, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap_err();
         assert!(matches!(&error, HfError::Integrity { path: p, .. } if p == path), "{error}");
-        assert!(!scratch.partial().exists());
+        assert_eq!(std::fs::metadata(scratch.partial()).unwrap().len(), 0, "the wrong bytes are kept");
     }
 }
 
@@ -243,7 +259,7 @@ async fn a_range_answered_whole_restarts_and_still_verifies() {
     // A kept prefix of wrong bytes: only a restart from zero can verify.
     std::fs::write(scratch.partial(), vec![0u8; 1000]).unwrap();
     hub.faults().add(Fault::IgnoreRange { repo: REPO.into(), path: LFS_PATH.into(), count: 1 });
-    fetch_file(&source, REPO, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap();
+    fetch(&source, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap();
     let cdn: Vec<_> = hub.requests().into_iter().filter(|r| r.listener == Listener::Cdn).collect();
     assert_eq!(cdn.len(), 1);
     assert_eq!(cdn[0].range.as_deref(), Some("bytes=1000-"));
@@ -257,9 +273,9 @@ async fn a_complete_partial_is_verified_without_a_request() {
     let commit = source.resolve(REPO, "main").await.unwrap();
     let file = remote_file(&source, &commit, "config.json").await;
     let scratch = Scratch::new("complete");
-    fetch_file(&source, REPO, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap();
+    fetch(&source, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap();
     hub.clear_requests();
-    fetch_file(&source, REPO, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap();
+    fetch(&source, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap();
     assert!(hub.requests().is_empty());
 }
 
@@ -279,10 +295,10 @@ async fn a_rate_limited_cdn_is_returned_to_the_caller_with_its_wait() {
     let file = remote_file(&source, &commit, LFS_PATH).await;
     let scratch = Scratch::new("cdn-429");
     hub.faults().add(Fault::RateLimit { count: 1, retry_after_s: 2, scope: Scope::Cdn });
-    let error = fetch_file(&source, REPO, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap_err();
+    let error = fetch(&source, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap_err();
     assert_eq!(error.retry_after_ms(), Some(2000), "{error}");
     hub.faults().add(Fault::ServerError { count: 1, status: 502, scope: Scope::Cdn });
-    let error = fetch_file(&source, REPO, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap_err();
+    let error = fetch(&source, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap_err();
     assert_eq!(error, HfError::Server { status: 502, retry_after_ms: None });
-    fetch_file(&source, REPO, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap();
+    fetch(&source, &commit, &file, &scratch.partial(), STALL_TIMEOUT_MS).await.unwrap();
 }

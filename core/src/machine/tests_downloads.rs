@@ -1,0 +1,177 @@
+//! Downloads in flight: progress in the entry, the commit in `config.artifact`, cancellation by
+//! a confirmed delete or a changed plan, and the source's own retry delay.
+
+use super::tests::*;
+use super::*;
+
+/// A node with `hf("m", "u1")` whose Updating publish has landed and whose download is in
+/// flight (not answered): the harness and the download's id.
+fn downloading() -> (H, EffectId) {
+    let mut h = H::new();
+    let mut effects = h.start(true, vec![hf("m", "u1")]);
+    for _ in 0..10 {
+        if let Some(dl) = effects.iter().find(|e| matches!(e.op, Op::Download { .. })) {
+            return (h, dl.id);
+        }
+        let publishes: Vec<EffectId> =
+            effects.iter().filter(|e| matches!(e.op, Op::Publish { .. })).map(|e| e.id).collect();
+        effects =
+            publishes.into_iter().flat_map(|id| h.input(Input::EffectDone { id, outcome: Outcome::Done })).collect();
+    }
+    panic!("no download");
+}
+
+fn progress(completed_bytes: i64) -> wire::DownloadProgress {
+    wire::DownloadProgress {
+        phase: "downloading".into(),
+        total_bytes: 100,
+        completed_bytes,
+        total_files: 2,
+        completed_files: 1,
+        speed_bytes_per_sec: 12.5,
+        last_updated: "2026-12-03T10:00:00Z".into(),
+    }
+}
+
+fn ended(marked: bool, result: DownloadResult) -> Outcome {
+    Outcome::Downloaded(DownloadEnd { marked, result })
+}
+
+fn entries(effects: &[Effect]) -> Vec<(Option<ModelStatus>, wire::ModelEntry)> {
+    effects
+        .iter()
+        .filter_map(|e| match &e.op {
+            Op::Publish { label, entry, .. } => Some((*label, (**entry).clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn cancels(effects: &[Effect]) -> Vec<EffectId> {
+    effects
+        .iter()
+        .filter_map(|e| match e.op {
+            Op::CancelDownload { download } => Some(download),
+            _ => None,
+        })
+        .collect()
+}
+
+fn confirm_delete(h: &mut H) -> Vec<Effect> {
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(hf("m", "u1")));
+    h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::NotFound })
+}
+
+#[test]
+fn progress_goes_into_the_entry_and_ready_carries_the_commit_and_no_progress() {
+    let (mut h, dl) = downloading();
+    let e = h.input(Input::DownloadProgress { id: dl, progress: progress(50) });
+    let p = entries(&e);
+    assert_eq!(p.len(), 1, "{e:?}");
+    let (label, entry) = &p[0];
+    assert_eq!(*label, None, "the label stays Updating: only the entry changes");
+    assert_eq!(entry.status, ModelStatus::Updating);
+    assert_eq!(entry.progress, Some(progress(50)));
+    assert_eq!(entry.uid.as_deref(), Some("u1"));
+    let commit = "a".repeat(40);
+    let e =
+        h.input(Input::EffectDone { id: dl, outcome: ended(true, DownloadResult::Done { commit: commit.clone() }) });
+    let p = entries(&e);
+    assert_eq!(p.len(), 1, "{e:?}");
+    let (label, entry) = &p[0];
+    assert_eq!((*label, entry.status), (Some(ModelStatus::Ready), ModelStatus::Ready));
+    assert_eq!(entry.progress, None, "cleared on Ready");
+    let artifact = &entry.config.as_ref().expect("config.artifact").artifact;
+    assert_eq!(artifact.sha, commit);
+    let parent = artifact.parent_path.clone().unwrap();
+    assert_eq!(parent.into_iter().collect::<Vec<_>>(), vec![("clusterbasemodel.m".into(), "/mnt/models/m".into())]);
+    assert_eq!(artifact.children_paths, Some(vec![]));
+    // A late report of the finished download publishes nothing.
+    assert!(entries(&h.input(Input::DownloadProgress { id: dl, progress: progress(100) })).is_empty());
+}
+
+#[test]
+fn a_confirmed_delete_cancels_the_download_and_trashes_only_after_it_stopped() {
+    let (mut h, dl) = downloading();
+    let e = confirm_delete(&mut h);
+    assert_eq!(cancels(&e), vec![dl]);
+    assert!(destructive(&e).is_empty(), "nothing is removed while the download runs: {e:?}");
+    assert!(entries(&h.input(Input::DownloadProgress { id: dl, progress: progress(60) })).is_empty());
+    assert!(cancels(&h.advance(60_000)).is_empty(), "cancelled once");
+    let e = h.input(Input::EffectDone { id: dl, outcome: ended(true, DownloadResult::Cancelled) });
+    let all = h.settle(e);
+    let ops = destructive(&all);
+    assert!(matches!(ops[..], [Op::Unpublish { .. }, Op::TrashDir { path, .. }] if path == "m"), "{ops:?}");
+    assert_eq!(h.s.model_count(), 0);
+}
+
+#[test]
+fn a_cancelled_download_that_never_marked_its_directory_trashes_nothing() {
+    let (mut h, dl) = downloading();
+    confirm_delete(&mut h);
+    let e = h.input(Input::EffectDone { id: dl, outcome: ended(false, DownloadResult::Cancelled) });
+    let all = h.settle(e);
+    let ops = destructive(&all);
+    assert!(matches!(ops[..], [Op::Unpublish { .. }]), "{ops:?}");
+    assert_eq!(h.s.model_count(), 0);
+}
+
+#[test]
+fn a_phantom_delete_does_not_cancel_a_download() {
+    let (mut h, dl) = downloading();
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(hf("m", "u1")));
+    assert!(cancels(&e).is_empty(), "a candidate is not evidence");
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(hf("m", "u1")) });
+    assert!(cancels(&e).is_empty() && destructive(&e).is_empty(), "{e:?}");
+    assert_eq!(entries(&h.input(Input::DownloadProgress { id: dl, progress: progress(70) })).len(), 1);
+}
+
+#[test]
+fn a_changed_storage_uri_cancels_and_downloads_the_new_one() {
+    let (mut h, dl) = downloading();
+    let moved = obj(&ModelKey::cluster("m"), "u1", "hf://org/other", Some("/mnt/models/m"));
+    let e = h.apply(moved);
+    assert_eq!(cancels(&e), vec![dl]);
+    assert!(!e.iter().any(|e| matches!(e.op, Op::Download { .. })), "one download at a time");
+    let e = h.input(Input::EffectDone { id: dl, outcome: ended(true, DownloadResult::Cancelled) });
+    let all = h.settle(e);
+    let uris: Vec<&str> = all
+        .iter()
+        .filter_map(|e| match &e.op {
+            Op::Download { storage_uri, .. } => Some(storage_uri.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(uris, vec!["hf://org/other"]);
+    assert!(destructive(&all).is_empty(), "{all:?}");
+}
+
+#[test]
+fn the_source_s_retry_delay_is_honoured_when_longer_than_the_backoff() {
+    let (mut h, dl) = downloading();
+    let reason = "hf://org/repo is gated: request access".to_string();
+    let result = DownloadResult::Failed { reason: reason.clone(), retry_after_ms: Some(300_000) };
+    let e = h.input(Input::EffectDone { id: dl, outcome: ended(false, result) });
+    assert_eq!(published(&e), vec![(ModelStatus::Failed, Some(reason))]);
+    h.settle(e);
+    let mut retried_at = None;
+    for t in (10_000..=300_000).step_by(10_000) {
+        let e = h.advance(10_000);
+        let e = h.settle(e);
+        if e.iter().any(|e| matches!(e.op, Op::Download { .. })) {
+            retried_at = Some(t);
+            break;
+        }
+    }
+    assert_eq!(retried_at, Some(300_000), "not before the source's delay, and then at once");
+}
+
+#[test]
+fn a_revalidation_after_a_restart_keeps_the_ready_label_and_publishes_no_progress() {
+    let mut h = H::new();
+    let label = wire::label_key(&ModelKey::cluster("m"));
+    let e = h.start_on(node(&[(label.as_str(), "Ready")]), true, vec![hf("m", "u1")]);
+    let dl = e.iter().find(|e| matches!(e.op, Op::Download { .. })).expect("revalidated at once").id;
+    assert!(published(&e).is_empty(), "no Updating first: {e:?}");
+    assert!(entries(&h.input(Input::DownloadProgress { id: dl, progress: progress(10) })).is_empty());
+}

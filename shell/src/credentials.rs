@@ -1,0 +1,172 @@
+//! The Hub token for one model, in OME's order (first hit wins): the Secret named by
+//! `spec.storage.key` (in the model's namespace; the agent's for a ClusterBaseModel), data key
+//! `spec.storage.parameters.secretKey` (default `token`); then `parameters.token`; then the
+//! agent's `HF_TOKEN`. Read at each attempt, never kept, never given to the core or a trace.
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, Client};
+
+use serde::Deserialize;
+
+use model_agent_core::{Kind, ModelKey};
+
+use crate::kubeio::{LIVE_READ_TIMEOUT, model_resource};
+
+/// Only the fields the token needs: the rest of a tenant's spec is skipped, never built.
+#[derive(Debug, Default, Deserialize)]
+struct AuthObject {
+    #[serde(default)]
+    metadata: AuthMeta,
+    #[serde(default)]
+    spec: AuthSpec,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct AuthMeta {
+    #[serde(default)]
+    uid: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct AuthSpec {
+    #[serde(default)]
+    storage: Option<AuthStorage>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct AuthStorage {
+    #[serde(default)]
+    key: Option<String>,
+    #[serde(default)]
+    parameters: Option<AuthParameters>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct AuthParameters {
+    #[serde(default, rename = "secretKey")]
+    secret_key: Option<String>,
+    #[serde(default)]
+    token: Option<String>,
+}
+
+/// Where the token comes from, read from the live object (`uid` must still be its uid).
+#[derive(Debug, PartialEq, Eq)]
+pub struct TokenSource {
+    pub secret: Option<(String, String, String)>,
+    pub inline: Option<String>,
+}
+
+fn token_source(object: AuthObject, key: &ModelKey, uid: &str, agent_namespace: &str) -> Result<TokenSource, String> {
+    if object.metadata.uid.as_deref() != Some(uid) {
+        return Err(format!("{key} uid {uid} is gone (its token cannot be read)"));
+    }
+    let storage = object.spec.storage.unwrap_or_default();
+    let parameters = storage.parameters.unwrap_or_default();
+    let namespace = match key.kind {
+        Kind::BaseModel => key.namespace.to_string(),
+        Kind::ClusterBaseModel => agent_namespace.to_string(),
+    };
+    let data_key = parameters.secret_key.filter(|k| !k.is_empty()).unwrap_or_else(|| "token".into());
+    let secret = storage.key.filter(|k| !k.is_empty()).map(|name| (namespace, name, data_key));
+    Ok(TokenSource { secret, inline: parameters.token.filter(|t| !t.is_empty()) })
+}
+
+/// The token for `key` (uid `uid`), or `None` when nothing names one. A Secret that is named
+/// but cannot be read is an error that says which: a missing Secret or key, or the RBAC binding
+/// the agent lacks.
+pub async fn hf_token(
+    client: &Client,
+    key: &ModelKey,
+    uid: &str,
+    agent_namespace: &str,
+) -> Result<Option<String>, String> {
+    let source = token_source(live_auth_object(client, key).await?, key, uid, agent_namespace)?;
+    if let Some((namespace, name, data_key)) = &source.secret {
+        return secret_value(client, namespace, name, data_key).await.map(Some);
+    }
+    Ok(source.inline.or_else(|| std::env::var("HF_TOKEN").ok().filter(|t| !t.is_empty())))
+}
+
+async fn live_auth_object(client: &Client, key: &ModelKey) -> Result<AuthObject, String> {
+    use kube::core::{DynamicObject, Resource, params::GetParams};
+    let resource = model_resource(key.kind);
+    let namespace = match key.kind {
+        Kind::ClusterBaseModel => None,
+        Kind::BaseModel => Some(key.namespace.as_ref()),
+    };
+    let path = DynamicObject::url_path(&resource, namespace);
+    let request =
+        kube::core::Request::new(path).get(&key.name, &GetParams::default()).map_err(|e| format!("GET {key}: {e}"))?;
+    let text = tokio::time::timeout(LIVE_READ_TIMEOUT, client.request_text(request))
+        .await
+        .map_err(|_| format!("GET {key} (for its token) timed out"))?
+        .map_err(|e| format!("GET {key} (for its token): {e}"))?;
+    serde_json::from_str(&text).map_err(|e| format!("GET {key} (for its token): {e}"))
+}
+
+async fn secret_value(client: &Client, namespace: &str, name: &str, data_key: &str) -> Result<String, String> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let got = tokio::time::timeout(LIVE_READ_TIMEOUT, api.get(name))
+        .await
+        .map_err(|_| format!("reading Secret {namespace}/{name} timed out"))?;
+    let secret = got.map_err(|e| secret_error(namespace, name, &e))?;
+    let value = secret.data.as_ref().and_then(|d| d.get(data_key)).map(|v| v.0.clone());
+    let value = value
+        .ok_or(format!("Secret {namespace}/{name} has no key {data_key:?} (spec.storage.parameters.secretKey)"))?;
+    let token =
+        String::from_utf8(value).map_err(|_| format!("Secret {namespace}/{name} key {data_key:?} is not text"))?;
+    Ok(token.trim().to_string())
+}
+
+fn secret_error(namespace: &str, name: &str, error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) if status.code == 403 => format!(
+            "the agent may not read Secret {namespace}/{name}: add a RoleBinding in namespace {namespace} granting \
+             the agent's ServiceAccount get on secrets (deploy/optional/secrets-in-namespace.yaml)"
+        ),
+        kube::Error::Api(status) if status.code == 404 => {
+            format!("Secret {namespace}/{name} (spec.storage.key) not found")
+        }
+        other => format!("reading Secret {namespace}/{name}: {other}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(json: &str) -> AuthObject {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn the_secret_comes_first_in_the_model_s_namespace_or_the_agent_s() {
+        let o = r#"{"metadata":{"uid":"u"},"spec":{"storage":{"key":"hf","parameters":{"secretKey":"tk","token":"inline","blob":[1,2]}}}}"#;
+        let base = ModelKey::namespaced("team", "m");
+        let s = token_source(object(o), &base, "u", "ome").unwrap();
+        assert_eq!(s.secret, Some(("team".into(), "hf".into(), "tk".into())));
+        assert_eq!(s.inline.as_deref(), Some("inline"));
+        let s = token_source(object(o), &ModelKey::cluster("m"), "u", "ome").unwrap();
+        assert_eq!(s.secret.unwrap().0, "ome");
+    }
+
+    #[test]
+    fn the_data_key_defaults_to_token_and_an_inline_token_is_second() {
+        let o = r#"{"metadata":{"uid":"u"},"spec":{"storage":{"key":"hf"}}}"#;
+        assert_eq!(token_source(object(o), &ModelKey::cluster("m"), "u", "ome").unwrap().secret.unwrap().2, "token");
+        let o = r#"{"metadata":{"uid":"u"},"spec":{"storage":{"parameters":{"token":"t"}}}}"#;
+        let s = token_source(object(o), &ModelKey::cluster("m"), "u", "ome").unwrap();
+        assert_eq!((s.secret, s.inline.as_deref()), (None, Some("t")));
+        let o = r#"{"metadata":{"uid":"u"},"spec":{}}"#;
+        assert_eq!(
+            token_source(object(o), &ModelKey::cluster("m"), "u", "ome").unwrap(),
+            TokenSource { secret: None, inline: None }
+        );
+    }
+
+    #[test]
+    fn another_uid_under_the_name_gives_no_token() {
+        let o = r#"{"metadata":{"uid":"other"},"spec":{"storage":{"parameters":{"token":"t"}}}}"#;
+        assert!(token_source(object(o), &ModelKey::cluster("m"), "u", "ome").unwrap_err().contains("gone"));
+    }
+}

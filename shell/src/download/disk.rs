@@ -1,0 +1,288 @@
+//! The destination on disk, always through directory fds: the models root is opened once, every component
+//! beneath it with `O_NOFOLLOW` (a symlink planted anywhere is refused, never followed), and every file is
+//! opened, renamed and synced relative to its parent's fd.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag, openat, renameat};
+use nix::sys::stat::{Mode, fstatat, mkdirat};
+use nix::unistd::{UnlinkatFlags, unlinkat};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::DownloadError;
+use crate::fsops::{self, DIR_FLAGS, MARKER, Marker};
+use crate::hf::RemoteFile;
+
+/// Partial files, beneath the destination (same filesystem as their final place).
+pub(super) const PARTIAL_DIR: &str = ".model-agent-partial";
+/// What a complete download holds (written last).
+pub(super) const MANIFEST: &str = ".model-agent-manifest.json";
+/// A manifest of a million files is about 100 MB; anything larger is not ours.
+const MANIFEST_BYTES_MAX: u64 = 256 << 20;
+const FILE_FLAGS: OFlag = OFlag::O_NOFOLLOW.union(OFlag::O_CLOEXEC);
+
+/// The manifest of a complete download: the commit and every file with its size.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct Manifest {
+    pub repo_id: String,
+    pub commit: String,
+    pub files: Vec<ManifestFile>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct ManifestFile {
+    pub path: String,
+    pub size: u64,
+}
+
+/// The destination directory, opened beneath the models root.
+pub(super) struct Dest {
+    /// The models root as given (for messages).
+    pub root: String,
+    pub rel: String,
+    pub dir: OwnedFd,
+    /// Whether this call created the directory itself (so an early failure can remove it, still empty).
+    pub created: bool,
+    parent: OwnedFd,
+    name: String,
+}
+
+pub(super) fn disk_error(what: &str, errno: Errno) -> DownloadError {
+    match errno {
+        Errno::EROFS => DownloadError::ReadOnly,
+        Errno::ELOOP => DownloadError::Disk(format!("{what}: a symlink is in the way (never followed)")),
+        errno => DownloadError::Disk(format!("{what}: {}", errno.desc())),
+    }
+}
+
+fn io_error(what: &str, error: std::io::Error) -> DownloadError {
+    match error.raw_os_error() {
+        Some(code) => disk_error(what, Errno::from_raw(code)),
+        None => DownloadError::Disk(format!("{what}: {error}")),
+    }
+}
+
+/// Opens `rel` beneath `root`; creates missing components when `create`, else `None` if it is missing.
+pub(super) fn open_dest(root: &Path, rel: &str, create: bool) -> Result<Option<Dest>, DownloadError> {
+    let root_name = root.display().to_string();
+    let mut parent = nix::fcntl::open(root, DIR_FLAGS, Mode::empty()).map_err(|e| disk_error(&root_name, e))?;
+    let components: Vec<&str> = rel.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+    let Some((last, parents)) = components.split_last() else {
+        return Err(DownloadError::Disk(format!("{rel:?} names no directory beneath {root_name}")));
+    };
+    if components.contains(&"..") {
+        return Err(DownloadError::Disk(format!("{rel:?} contains '..'")));
+    }
+    for component in parents {
+        match open_dir_at(&parent, component, create, rel)? {
+            Some((fd, _)) => parent = fd,
+            None => return Ok(None),
+        }
+    }
+    let Some((dir, created)) = open_dir_at(&parent, last, create, rel)? else { return Ok(None) };
+    Ok(Some(Dest { root: root_name, rel: rel.to_owned(), dir, created, parent, name: (*last).to_owned() }))
+}
+
+/// One directory beneath `parent`, made first when `create` (mode 0755); says whether it was made here.
+fn open_dir_at(
+    parent: &OwnedFd,
+    name: &str,
+    create: bool,
+    rel: &str,
+) -> Result<Option<(OwnedFd, bool)>, DownloadError> {
+    let mut created = false;
+    if create {
+        match mkdirat(parent.as_fd(), name, Mode::from_bits_truncate(0o755)) {
+            Ok(()) => created = true,
+            Err(Errno::EEXIST) => {}
+            Err(e) => return Err(disk_error(&format!("{rel}: mkdir {name:?}"), e)),
+        }
+    }
+    match openat(parent.as_fd(), name, DIR_FLAGS, Mode::empty()) {
+        Ok(fd) => Ok(Some((fd, created))),
+        Err(Errno::ENOENT) if !create => Ok(None),
+        Err(Errno::ENOTDIR | Errno::ELOOP) if is_symlink(parent, name) => {
+            Err(DownloadError::Disk(format!("{rel}: {name:?} is a symlink (never followed)")))
+        }
+        Err(Errno::ENOTDIR) => Err(DownloadError::Disk(format!("{rel}: {name:?} is not a directory"))),
+        Err(e) => Err(disk_error(&format!("{rel}: {name:?}"), e)),
+    }
+}
+
+fn is_symlink(parent: &OwnedFd, name: &str) -> bool {
+    let stat = fstatat(parent.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW);
+    stat.is_ok_and(|st| {
+        nix::sys::stat::SFlag::from_bits_truncate(st.st_mode) & nix::sys::stat::SFlag::S_IFMT
+            == nix::sys::stat::SFlag::S_IFLNK
+    })
+}
+
+impl Dest {
+    pub fn read_marker(&self) -> Result<Option<Marker>, DownloadError> {
+        fsops::read_marker_in(&self.dir, &self.rel).map_err(DownloadError::Disk)
+    }
+
+    /// Writes the marker (a synced temporary renamed over it), then syncs the directory.
+    pub fn write_marker(&self, marker: &Marker) -> Result<(), DownloadError> {
+        let text = serde_json::to_vec(marker).expect("a marker serialises");
+        self.write_synced(MARKER, &text)
+    }
+
+    /// Removes the directory if this call created it and it is still empty (an early failure).
+    pub fn remove_if_created(&self) {
+        if self.created {
+            let _ = unlinkat(self.parent.as_fd(), self.name.as_str(), UnlinkatFlags::RemoveDir);
+        }
+    }
+
+    /// Bytes available to this agent on the destination's filesystem.
+    pub fn free_bytes(&self) -> Result<u64, DownloadError> {
+        #[cfg(test)]
+        if let Some(free) = super::tests::free_bytes_seam(&self.root) {
+            return Ok(free);
+        }
+        let stats = nix::sys::statvfs::fstatvfs(self.dir.as_fd()).map_err(|e| disk_error(&self.rel, e))?;
+        Ok((stats.blocks_available() as u64).saturating_mul(stats.fragment_size() as u64))
+    }
+
+    pub fn read_manifest(&self) -> Option<Manifest> {
+        serde_json::from_slice(&read_small_at(&self.dir, MANIFEST, MANIFEST_BYTES_MAX)?).ok()
+    }
+
+    pub fn write_manifest(&self, manifest: &Manifest) -> Result<(), DownloadError> {
+        self.write_synced(MANIFEST, &serde_json::to_vec(manifest).expect("a manifest serialises"))
+    }
+
+    /// Removes the manifest (synced): from the first byte on, the directory is no longer that commit.
+    pub fn remove_manifest(&self) -> Result<(), DownloadError> {
+        match unlinkat(self.dir.as_fd(), MANIFEST, UnlinkatFlags::NoRemoveDir) {
+            Ok(()) => sync_dir(&self.dir, &self.rel),
+            Err(Errno::ENOENT) => Ok(()),
+            Err(e) => Err(disk_error(&format!("{}/{MANIFEST}", self.rel), e)),
+        }
+    }
+
+    fn write_synced(&self, name: &str, bytes: &[u8]) -> Result<(), DownloadError> {
+        write_synced_at(&self.dir, name, bytes, &self.rel)
+    }
+
+    /// The partial directory, made if missing (0700: what is in it is not verified yet).
+    pub fn open_partial_dir(&self) -> Result<OwnedFd, DownloadError> {
+        match mkdirat(self.dir.as_fd(), PARTIAL_DIR, Mode::from_bits_truncate(0o700)) {
+            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(e) => return Err(disk_error(&format!("{}/{PARTIAL_DIR}", self.rel), e)),
+        }
+        openat(self.dir.as_fd(), PARTIAL_DIR, DIR_FLAGS, Mode::empty())
+            .map_err(|e| disk_error(&format!("{}/{PARTIAL_DIR}", self.rel), e))
+    }
+
+    /// The partial directory if it is there (nothing is made).
+    pub fn existing_partial_dir(&self) -> Option<OwnedFd> {
+        openat(self.dir.as_fd(), PARTIAL_DIR, DIR_FLAGS, Mode::empty()).ok()
+    }
+
+    pub fn remove_partial_dir(&self) -> Result<(), DownloadError> {
+        fsops::remove_tree_at(&self.dir, PARTIAL_DIR, 0).map_err(DownloadError::Disk)
+    }
+
+    /// The file at repo path `path` if it is a regular file (its parents real directories).
+    pub fn open_existing(&self, path: &str) -> Option<File> {
+        let (parent, name) = self.walk_parents(path, false).ok()??;
+        let fd = openat(parent.as_fd(), name, OFlag::O_RDONLY | FILE_FLAGS, Mode::empty()).ok()?;
+        let file = File::from(fd);
+        file.metadata().ok().filter(|m| m.is_file()).map(|_| file)
+    }
+
+    /// Whether every file of `manifest` is on disk with its size (no hashing).
+    pub fn sizes_match(&self, manifest: &Manifest) -> bool {
+        manifest.files.iter().all(|f| self.existing_size(&f.path) == Some(f.size))
+    }
+
+    pub fn existing_size(&self, path: &str) -> Option<u64> {
+        self.open_existing(path).and_then(|file| file.metadata().ok()).map(|m| m.len())
+    }
+
+    /// Renames partial `partial_name` to repo path `path` (parents made beneath the destination, never
+    /// through a symlink), then syncs the directory it landed in. The file itself was synced before.
+    pub fn place(&self, partial_dir: &OwnedFd, partial_name: &str, path: &str) -> Result<(), DownloadError> {
+        let what = format!("{}/{path}", self.rel);
+        let (parent, name) = self.walk_parents(path, true)?.expect("parents are made");
+        renameat(partial_dir.as_fd(), partial_name, parent.as_fd(), name).map_err(|e| disk_error(&what, e))?;
+        sync_dir(&parent, &what)
+    }
+
+    /// The directory holding repo path `path` and its last component; `None` when a parent is missing
+    /// and `create` is false.
+    fn walk_parents<'p>(&self, path: &'p str, create: bool) -> Result<Option<(OwnedFd, &'p str)>, DownloadError> {
+        let (parents, name) = path.rsplit_once('/').unwrap_or(("", path));
+        let mut dir = self.dir.try_clone().map_err(|e| io_error(&self.rel, e))?;
+        for component in parents.split('/').filter(|c| !c.is_empty()) {
+            match open_dir_at(&dir, component, create, &format!("{}/{path}", self.rel))? {
+                Some((fd, _)) => dir = fd,
+                None => return Ok(None),
+            }
+        }
+        Ok(Some((dir, name)))
+    }
+}
+
+/// Writes `name` in `dir` whole or not at all: a synced temporary renamed over it, then the directory
+/// synced (`what` names the directory in errors).
+pub(super) fn write_synced_at(dir: &OwnedFd, name: &str, bytes: &[u8], what: &str) -> Result<(), DownloadError> {
+    let tmp = format!("{name}.tmp");
+    let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | FILE_FLAGS;
+    let fd = openat(dir.as_fd(), tmp.as_str(), flags, Mode::from_bits_truncate(0o644))
+        .map_err(|e| disk_error(&format!("{what}/{tmp}"), e))?;
+    let mut file = File::from(fd);
+    file.write_all(bytes).and_then(|()| file.sync_all()).map_err(|e| io_error(&format!("{what}/{tmp}"), e))?;
+    renameat(dir.as_fd(), tmp.as_str(), dir.as_fd(), name).map_err(|e| disk_error(&format!("{what}/{name}"), e))?;
+    sync_dir(dir, what)
+}
+
+/// Reads a small file of `dir` (at most `bytes_max`); `None` if it is missing or unreadable.
+pub(super) fn read_small_at(dir: &OwnedFd, name: &str, bytes_max: u64) -> Option<Vec<u8>> {
+    let fd = openat(dir.as_fd(), name, OFlag::O_RDONLY | FILE_FLAGS, Mode::empty()).ok()?;
+    let mut bytes = Vec::new();
+    File::from(fd).take(bytes_max).read_to_end(&mut bytes).ok()?;
+    Some(bytes)
+}
+
+fn sync_dir(dir: &OwnedFd, what: &str) -> Result<(), DownloadError> {
+    let dup = dir.try_clone().map_err(|e| io_error(what, e))?;
+    File::from(dup).sync_all().map_err(|e| io_error(what, e))
+}
+
+/// A partial file's name: a hash of its repo path and expected content, so a hostile or deep path never
+/// becomes a name, and a file that changed between commits never resumes the other content's bytes.
+pub(super) fn partial_name(file: &RemoteFile) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(file.path.as_bytes());
+    hasher.update([0]);
+    hasher.update(file.hash.expected_hex().as_bytes());
+    hasher.finalize().iter().take(20).map(|b| format!("{b:02x}")).collect()
+}
+
+/// Opens (or creates) a file in the partial directory for reading and writing, never through a symlink.
+pub(super) fn open_partial(partial_dir: &OwnedFd, name: &str) -> Result<File, DownloadError> {
+    let flags = OFlag::O_RDWR | OFlag::O_CREAT | FILE_FLAGS;
+    let fd = openat(partial_dir.as_fd(), name, flags, Mode::from_bits_truncate(0o644))
+        .map_err(|e| disk_error(&format!("{PARTIAL_DIR}/{name}"), e))?;
+    Ok(File::from(fd))
+}
+
+/// Bytes a partial file already holds on disk (allocated blocks: a preallocated file counts in full).
+pub(super) fn partial_allocated_bytes(partial_dir: &OwnedFd, name: &str) -> u64 {
+    fstatat(partial_dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW)
+        .map(|st| (st.st_blocks as u64).saturating_mul(512).min(st.st_size as u64))
+        .unwrap_or(0)
+}
+
+/// Removes one file of the partial directory (missing is fine).
+pub(super) fn remove_partial(partial_dir: &OwnedFd, name: &str) {
+    let _ = unlinkat(partial_dir.as_fd(), name, UnlinkatFlags::NoRemoveDir);
+}

@@ -1,0 +1,280 @@
+//! One download from start to end: list the commit, decide what is already in place, check space and
+//! ownership, fetch the rest, write the manifest.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use super::disk::{self, Dest, Manifest, ManifestFile};
+use super::progress::{FileSlot, Tally};
+use super::retry::{Retry, pause, until_cancelled};
+use super::transfer::{self, Ctx};
+use super::{DownloadError, Finished, Job, Options, TallySlot};
+use crate::fsops::Marker;
+use crate::hf::{self, HfError, HfSource, RemoteFile, is_commit_sha};
+
+/// Free space asked for beyond the bytes to fetch, in parts per hundred.
+const SPACE_MARGIN_PERCENT: u64 = 1;
+
+pub(super) async fn run(
+    job: &Job,
+    opts: &Options,
+    tally: &TallySlot,
+    marked: &mut bool,
+    mut cancel: watch::Receiver<bool>,
+) -> Result<Finished, DownloadError> {
+    let source = HfSource::new(&opts.endpoint, job.token.clone(), opts.connect_timeout_ms, opts.stall_timeout_ms)?;
+    hf::check_repo_id(&job.repo_id)?;
+    let existing = disk::open_dest(&job.root, &job.dest_rel, false)?;
+    let stored = match &existing {
+        Some(dest) => owned_manifest(dest, job)?,
+        None => None,
+    };
+    *marked = stored.is_some();
+    let stored = stored.flatten();
+    let listing = list(&source, job, opts, cancel.clone());
+    let (commit, files) = match until_cancelled(&mut cancel, listing).await? {
+        Ok(listing) => listing,
+        Err(error) => {
+            return from_stored(existing.as_ref(), stored.as_ref(), job, error)
+                .inspect(|done| set_complete(tally, done));
+        }
+    };
+    let same_commit = stored.as_ref().filter(|m| m.commit == commit && m.repo_id == job.repo_id);
+    if let (Some(dest), Some(manifest)) = (&existing, same_commit)
+        && manifest_is(manifest, &files)
+        && dest.sizes_match(manifest)
+    {
+        let done = finished_in_place(manifest, 0);
+        set_complete(tally, &done);
+        return Ok(done);
+    }
+    let dest = match existing {
+        Some(dest) => dest,
+        None => disk::open_dest(&job.root, &job.dest_rel, true)?.expect("created"),
+    };
+    let tally = tally.get_or_init(|| Arc::new(Tally::new(&files))).clone();
+    let prepared = prepare(&dest, &files, same_commit, job, opts, &tally, &mut cancel).await;
+    let todo = match prepared {
+        Ok(prepared) => prepared,
+        Err(error) => {
+            if !*marked {
+                dest.remove_if_created();
+            }
+            return Err(error);
+        }
+    };
+    *marked = true;
+    let ctx = Arc::new(Ctx::new(source, job, &commit, opts, dest)?);
+    transfer::fetch_all(ctx.clone(), todo, cancel).await?;
+    let manifest = manifest_of(job, &commit, &files);
+    ctx.dest.remove_partial_dir()?;
+    ctx.dest.write_manifest(&manifest)?;
+    let adopted_files = tally.kept_files.load(std::sync::atomic::Ordering::Relaxed);
+    Ok(Finished { adopted_files, bytes_fetched: tally.fetched_bytes(), ..finished_in_place(&manifest, 0) })
+}
+
+fn set_complete(tally: &TallySlot, done: &Finished) {
+    tally.get_or_init(|| Arc::new(Tally::complete(done.files, done.bytes_total)));
+}
+
+/// The stored manifest of a directory this uid owns (`Some(None)`: owned, no manifest); `None` for a
+/// directory without a marker; another uid's marker is an error.
+fn owned_manifest(dest: &Dest, job: &Job) -> Result<Option<Option<Manifest>>, DownloadError> {
+    match dest.read_marker()? {
+        Some(marker) if marker.uid == job.uid => Ok(Some(dest.read_manifest())),
+        Some(marker) => Err(DownloadError::OwnedByOther { uid: marker.uid, path: dest.rel.clone() }),
+        None => Ok(None),
+    }
+}
+
+/// Resolve once, then the tree of that commit, each request retried as `Retry` says.
+async fn list(
+    source: &HfSource,
+    job: &Job,
+    opts: &Options,
+    mut cancel: watch::Receiver<bool>,
+) -> Result<(String, Vec<RemoteFile>), HfError> {
+    let mut retry = Retry::new(opts.request_attempts_max);
+    let commit = loop {
+        match source.resolve(&job.repo_id, &job.revision).await {
+            Ok(commit) => break commit,
+            Err(error) => wait_or_give_up(&mut retry, error, &mut cancel).await?,
+        }
+    };
+    let mut retry = Retry::new(opts.request_attempts_max);
+    loop {
+        match source.tree(&job.repo_id, &commit).await {
+            Ok(files) => return Ok((commit, files)),
+            Err(error) => wait_or_give_up(&mut retry, error, &mut cancel).await?,
+        }
+    }
+}
+
+async fn wait_or_give_up(retry: &mut Retry, error: HfError, cancel: &mut watch::Receiver<bool>) -> Result<(), HfError> {
+    let wait = retry.next_wait(&error, false).ok_or_else(|| error.clone())?;
+    // A cancel during the wait is seen by the caller's own `until_cancelled`.
+    let _ = pause(cancel, wait).await;
+    Ok(())
+}
+
+/// The Hub could not list the commit: the stored manifest stands in when the rule of the module's doc
+/// allows it; otherwise the Hub's error.
+fn from_stored(
+    dest: Option<&Dest>,
+    stored: Option<&Manifest>,
+    job: &Job,
+    error: HfError,
+) -> Result<Finished, DownloadError> {
+    let unreachable = matches!(
+        error,
+        HfError::Network { .. } | HfError::Stalled { .. } | HfError::Server { .. } | HfError::RateLimited { .. }
+    );
+    if let (true, Some(dest), Some(manifest)) = (unreachable, dest, stored) {
+        let revision_fits = !is_commit_sha(&job.revision) || job.revision == manifest.commit;
+        if revision_fits && manifest.repo_id == job.repo_id && dest.sizes_match(manifest) {
+            return Ok(finished_in_place(manifest, 0));
+        }
+    }
+    Err(DownloadError::Hub(error))
+}
+
+fn finished_in_place(manifest: &Manifest, adopted_files: u64) -> Finished {
+    Finished {
+        commit: manifest.commit.clone(),
+        files: manifest.files.len() as u64,
+        bytes_total: manifest.files.iter().map(|f| f.size).sum(),
+        bytes_fetched: 0,
+        adopted_files,
+    }
+}
+
+fn manifest_of(job: &Job, commit: &str, files: &[RemoteFile]) -> Manifest {
+    let files = files.iter().map(|f| ManifestFile { path: f.path.clone(), size: f.size_bytes }).collect();
+    Manifest { repo_id: job.repo_id.clone(), commit: commit.to_owned(), files }
+}
+
+/// The manifest lists exactly the tree's files and sizes.
+fn manifest_is(manifest: &Manifest, files: &[RemoteFile]) -> bool {
+    let mut listed: Vec<(&str, u64)> = manifest.files.iter().map(|f| (f.path.as_str(), f.size)).collect();
+    let mut tree: Vec<(&str, u64)> = files.iter().map(|f| (f.path.as_str(), f.size_bytes)).collect();
+    listed.sort_unstable();
+    tree.sort_unstable();
+    listed == tree
+}
+
+/// What is in place already, what is left to fetch (biggest first, so the long transfers start early),
+/// the space for it, and this uid's marker, written before the first byte.
+async fn prepare(
+    dest: &Dest,
+    files: &[RemoteFile],
+    trusted: Option<&Manifest>,
+    job: &Job,
+    opts: &Options,
+    tally: &Tally,
+    cancel: &mut watch::Receiver<bool>,
+) -> Result<Vec<(RemoteFile, Arc<FileSlot>)>, DownloadError> {
+    let checks = files_in_place(dest, files, trusted, opts, tally, cancel.clone());
+    let in_place = until_cancelled(cancel, checks).await??;
+    let mut todo: Vec<RemoteFile> =
+        files.iter().zip(in_place).filter(|(_, kept)| !kept).map(|(file, _)| file.clone()).collect();
+    check_space(dest, &todo)?;
+    if dest.read_marker()?.is_none() {
+        dest.write_marker(&Marker { uid: job.uid.clone(), key: job.key.clone() })?;
+    }
+    if !todo.is_empty() {
+        // An older commit's manifest must not vouch for a directory that is changing (mixed revisions).
+        dest.remove_manifest()?;
+    }
+    todo.sort_by_key(|file| std::cmp::Reverse(file.size_bytes));
+    let todo: Vec<_> = todo
+        .into_iter()
+        .map(|file| {
+            let slot =
+                FileSlot { size_bytes: file.size_bytes, meter: Default::default(), placed: AtomicBool::new(false) };
+            (file, Arc::new(slot))
+        })
+        .collect();
+    let _ = tally.slots.set(todo.iter().map(|(_, slot)| slot.clone()).collect());
+    Ok(todo)
+}
+
+/// For each file, whether it is in place: listed with its size in this uid's manifest of the same commit
+/// and of that size on disk (no hashing), or of the right size and hash (read once, `files_concurrency`
+/// at once; adoption).
+async fn files_in_place(
+    dest: &Dest,
+    files: &[RemoteFile],
+    trusted: Option<&Manifest>,
+    opts: &Options,
+    tally: &Tally,
+    cancel: watch::Receiver<bool>,
+) -> Result<Vec<bool>, DownloadError> {
+    let trusted_sizes: HashMap<&str, u64> =
+        trusted.iter().flat_map(|m| m.files.iter()).map(|f| (f.path.as_str(), f.size)).collect();
+    let mut in_place = vec![false; files.len()];
+    let mut hashing = JoinSet::new();
+    for (index, file) in files.iter().enumerate() {
+        let Some(on_disk) = dest.open_existing(&file.path) else { continue };
+        if on_disk.metadata().map(|m| m.len()).ok() != Some(file.size_bytes) {
+            continue;
+        }
+        if trusted_sizes.get(file.path.as_str()) == Some(&file.size_bytes) {
+            in_place[index] = true;
+            tally.keep(file);
+            continue;
+        }
+        while hashing.len() >= opts.files_concurrency.max(1) {
+            take_hashed(&mut hashing, &mut in_place, files, tally).await?;
+        }
+        let (file, cancel) = (file.clone(), cancel.clone());
+        hashing.spawn_blocking(move || (index, hf::file_matches(&on_disk, &file, &|| *cancel.borrow())));
+    }
+    while !hashing.is_empty() {
+        take_hashed(&mut hashing, &mut in_place, files, tally).await?;
+    }
+    Ok(in_place)
+}
+
+type Hashed = (usize, std::io::Result<bool>);
+
+async fn take_hashed(
+    hashing: &mut JoinSet<Hashed>,
+    in_place: &mut [bool],
+    files: &[RemoteFile],
+    tally: &Tally,
+) -> Result<(), DownloadError> {
+    let Some(joined) = hashing.join_next().await else { return Ok(()) };
+    match joined.map_err(|e| DownloadError::Disk(format!("hashing a file to adopt: {e}")))? {
+        (index, Ok(true)) => {
+            in_place[index] = true;
+            tally.keep(&files[index]);
+        }
+        (_, Ok(false)) => {}
+        (_, Err(error)) if error.kind() == std::io::ErrorKind::Interrupted => return Err(DownloadError::Cancelled),
+        (_, Err(error)) => return Err(DownloadError::Disk(format!("reading a file to adopt: {error}"))),
+    }
+    Ok(())
+}
+
+/// Free space ≥ the bytes still to fetch (less what partial files already hold) plus 1 %.
+fn check_space(dest: &Dest, todo: &[RemoteFile]) -> Result<(), DownloadError> {
+    if todo.is_empty() {
+        return Ok(());
+    }
+    let partial_dir = dest.existing_partial_dir();
+    let held = |file: &RemoteFile| match &partial_dir {
+        Some(dir) => disk::partial_allocated_bytes(dir, &disk::partial_name(file)),
+        None => 0,
+    };
+    let left: u64 = todo.iter().map(|file| file.size_bytes.saturating_sub(held(file))).sum();
+    let needed_bytes = left + left * SPACE_MARGIN_PERCENT / 100;
+    let free_bytes = dest.free_bytes()?;
+    if needed_bytes > free_bytes {
+        return Err(DownloadError::NoSpace { needed_bytes, free_bytes, root: dest.root.clone() });
+    }
+    Ok(())
+}

@@ -1,0 +1,470 @@
+//! The engine against the project's fake Hub (its own thread and runtime).
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use model_agent_fakehub::{CommitFixture, Config, FakeHub, Fault, Fixtures, Listener, RepoFixture, Scope};
+use tokio::sync::watch;
+
+use super::disk::{MANIFEST, PARTIAL_DIR};
+use super::*;
+use crate::fsops::MARKER;
+
+/// Free bytes the space check sees for a models root (the one seam: tests cannot fill a disk).
+static FREE_BYTES: Mutex<Vec<(String, u64)>> = Mutex::new(Vec::new());
+
+pub(super) fn free_bytes_seam(root: &str) -> Option<u64> {
+    FREE_BYTES.lock().unwrap().iter().find(|(r, _)| r == root).map(|(_, free)| *free)
+}
+
+const REPO: &str = "org/model";
+const LFS: &str = "model.safetensors";
+const LFS_BYTES: u64 = 1 << 20;
+const BIG: &str = "big/weights.bin";
+const BIG_BYTES: u64 = 3 << 20;
+const UID: &str = "uid-1";
+
+fn commit_files(variant: &str) -> CommitFixture {
+    let mut commit = CommitFixture::new()
+        .file("config.json", format!("{{\"v\":\"{variant}\"}}"))
+        .generated_lfs(LFS, LFS_BYTES, 7)
+        .generated_lfs(BIG, BIG_BYTES, 11);
+    for i in 0..4 {
+        commit = commit.file(&format!("sub/dir{i}/f{i}.txt"), format!("file {i} {variant}"));
+    }
+    commit
+}
+
+fn hub() -> FakeHub {
+    let repo = RepoFixture::new(REPO)
+        .commit("c1", commit_files("one"))
+        .commit("c2", commit_files("two"))
+        .branch("main", "c2")
+        .branch("old", "c1");
+    FakeHub::start_with(Fixtures::new().repo(repo), Config { tree_page_size: 4, ..Config::default() }).unwrap()
+}
+
+/// A models root of its own, removed at the end.
+struct Root(PathBuf);
+
+impl Root {
+    fn new(name: &str) -> Root {
+        let dir = std::env::temp_dir().join(format!("download-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Root(dir)
+    }
+
+    fn dest(&self) -> PathBuf {
+        self.0.join("models/m")
+    }
+}
+
+impl Drop for Root {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn opts(hub: &FakeHub) -> Options {
+    Options {
+        endpoint: hub.endpoint().to_owned(),
+        files_concurrency: 3,
+        multipart_threshold_bytes: u64::MAX,
+        multipart_concurrency: 4,
+        connect_timeout_ms: 2_000,
+        stall_timeout_ms: 5_000,
+        progress_period_ms: 50,
+        request_attempts_max: 3,
+    }
+}
+
+fn job(root: &Root, revision: &str) -> Job {
+    Job {
+        root: root.0.clone(),
+        dest_rel: "models/m".into(),
+        uid: UID.into(),
+        key: "ClusterBaseModel/m".into(),
+        repo_id: REPO.into(),
+        revision: revision.into(),
+        token: None,
+    }
+}
+
+/// Runs a download to its end (never cancelled); returns how it ended and every progress report.
+async fn run(job: Job, opts: &Options) -> (Ended, Vec<Progress>) {
+    let (_keep, cancel) = watch::channel(false);
+    let mut reports = Vec::new();
+    let ended = download(job, opts, &mut |p| reports.push(p), cancel).await;
+    (ended, reports)
+}
+
+fn finished(ended: Ended) -> Finished {
+    assert!(ended.marked, "a finished download is marked");
+    ended.result.unwrap_or_else(|e| panic!("download failed: {e}"))
+}
+
+/// Every file of `commit` is in `dest` with the Hub's bytes.
+fn assert_all_files(hub: &FakeHub, dest: &Path, commit: &str) {
+    for path in hub.paths(REPO, commit).unwrap() {
+        let expected = hub.file(REPO, commit, &path).unwrap().content.to_vec().unwrap();
+        let got = std::fs::read(dest.join(&path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert!(got == expected, "{path}: wrong bytes");
+    }
+}
+
+fn repo_bytes(hub: &FakeHub, commit: &str) -> u64 {
+    hub.paths(REPO, commit).unwrap().iter().map(|p| hub.file(REPO, commit, p).unwrap().size_bytes).sum()
+}
+
+fn served_all(hub: &FakeHub) -> u64 {
+    hub.bytes_served_all().iter().map(|f| f.bytes).sum()
+}
+
+fn marker_uid(dest: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(dest.join(MARKER)).ok()?;
+    Some(serde_json::from_str::<crate::fsops::Marker>(&text).unwrap().uid)
+}
+
+#[tokio::test]
+async fn a_full_download_places_every_file_verified_with_marker_and_manifest() {
+    let (hub, root) = (hub(), Root::new("full"));
+    let commit = hub.commit_sha(REPO, "c2").unwrap();
+    let started = Instant::now();
+    let (ended, reports) = run(job(&root, "main"), &opts(&hub)).await;
+    let periods = started.elapsed().as_millis() as usize / opts(&hub).progress_period_ms as usize;
+    assert!(!reports.is_empty() && reports.len() <= periods + 1, "{} reports in {periods} periods", reports.len());
+    let done = finished(ended);
+    assert_eq!(done.commit, commit);
+    assert_eq!(done.files, hub.paths(REPO, &commit).unwrap().len() as u64);
+    assert_eq!(
+        (done.bytes_total, done.bytes_fetched, done.adopted_files),
+        (repo_bytes(&hub, &commit), done.bytes_total, 0)
+    );
+    assert_all_files(&hub, &root.dest(), &commit);
+    assert_eq!(marker_uid(&root.dest()).as_deref(), Some(UID));
+    let manifest: disk::Manifest = serde_json::from_slice(&std::fs::read(root.dest().join(MANIFEST)).unwrap()).unwrap();
+    assert_eq!((manifest.commit.as_str(), manifest.files.len() as u64), (commit.as_str(), done.files));
+    assert!(!root.dest().join(PARTIAL_DIR).exists(), "the partial directory is removed");
+    let last = reports.last().unwrap();
+    assert_eq!((last.completed_bytes, last.completed_files), (last.total_bytes, last.total_files));
+    assert_eq!(last.total_bytes, done.bytes_total);
+    let tree_and_files = hub.requests().iter().filter(|r| r.uri.contains("/revision/")).count();
+    assert_eq!(tree_and_files, 1, "the revision is resolved once");
+}
+
+#[tokio::test]
+async fn a_complete_model_restarts_with_no_byte_fetched_and_an_older_branch_replaces_what_changed() {
+    let (hub, root) = (hub(), Root::new("restart"));
+    finished(run(job(&root, "main"), &opts(&hub)).await.0);
+    hub.clear_requests();
+    let (ended, reports) = run(job(&root, "main"), &opts(&hub)).await;
+    let again = finished(ended);
+    assert_eq!((again.bytes_fetched, served_all(&hub)), (0, 0));
+    let last = reports.last().unwrap();
+    assert_eq!((last.completed_files, last.completed_bytes), (again.files, again.bytes_total), "{last:?}");
+    let extra = root.dest().join("notes.txt");
+    std::fs::write(&extra, "mine").unwrap();
+    let old = finished(run(job(&root, "old"), &opts(&hub)).await.0);
+    assert_eq!(old.commit, hub.commit_sha(REPO, "c1").unwrap());
+    assert_all_files(&hub, &root.dest(), &old.commit);
+    assert!(old.bytes_fetched < LFS_BYTES, "only the small files differ: {}", old.bytes_fetched);
+    assert_eq!(std::fs::read_to_string(extra).unwrap(), "mine", "files not in the tree are never deleted");
+}
+
+#[tokio::test]
+async fn a_cut_file_resumes_in_the_next_run_and_a_stalled_one_in_the_same_run() {
+    let (hub, root) = (hub(), Root::new("resume"));
+    let commit = hub.commit_sha(REPO, "c2").unwrap();
+    let once = Options { request_attempts_max: 1, ..opts(&hub) };
+    hub.faults().add(Fault::Truncate { repo: REPO.into(), path: LFS.into(), after_bytes: 100_000, count: 20 });
+    let ended = run(job(&root, "main"), &once).await.0;
+    assert!(matches!(ended.result, Err(DownloadError::Hub(HfError::Truncated { .. }))), "{:?}", ended.result);
+    assert!(ended.marked);
+    assert!(!root.dest().join(LFS).exists());
+    hub.faults().clear();
+    let stall = Fault::Stall { repo: REPO.into(), path: BIG.into(), after_bytes: 500_000, stall_ms: 30_000, count: 1 };
+    hub.faults().add(stall);
+    let started = Instant::now();
+    finished(run(job(&root, "main"), &Options { stall_timeout_ms: 300, ..opts(&hub) }).await.0);
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    assert_all_files(&hub, &root.dest(), &commit);
+    let served = served_all(&hub);
+    let size = repo_bytes(&hub, &commit);
+    assert!(served <= size + size / 10, "served {served} for a repo of {size}");
+}
+
+/// Runs a download and cancels it once `ready` says so; returns how it ended and how long the cancel took.
+async fn run_cancelled(job: Job, opts: &Options, ready: impl Fn() -> bool) -> (Ended, Duration) {
+    let (cancel_tx, cancel) = watch::channel(false);
+    let sent_at = Mutex::new(None);
+    let cancel_later = async {
+        while !ready() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The Hub counts bytes handed to its socket: give the client time to take them (the stall holds
+        // the server back meanwhile).
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        *sent_at.lock().unwrap() = Some(Instant::now());
+        cancel_tx.send(true).unwrap();
+        std::future::pending::<()>().await;
+    };
+    let mut ignore = |_| {};
+    let ended = tokio::select! {
+        ended = download(job, opts, &mut ignore, cancel) => ended,
+        () = cancel_later => unreachable!(),
+    };
+    let took = sent_at.lock().unwrap().expect("cancelled").elapsed();
+    (ended, took)
+}
+
+fn partial_bytes(dest: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dest.join(PARTIAL_DIR)) else { return 0 };
+    entries.map(|e| e.unwrap().metadata().unwrap().len()).sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_stops_promptly_keeps_partials_and_the_next_run_resumes() {
+    let (hub, root) = (hub(), Root::new("cancel"));
+    let commit = hub.commit_sha(REPO, "c2").unwrap();
+    let opts = Options { multipart_threshold_bytes: 2 << 20, stall_timeout_ms: 30_000, ..opts(&hub) };
+    for path in [LFS, BIG] {
+        let stall =
+            Fault::Stall { repo: REPO.into(), path: path.into(), after_bytes: 200_000, stall_ms: 60_000, count: 8 };
+        hub.faults().add(stall);
+    }
+    let (ended, took) = run_cancelled(job(&root, "main"), &opts, || {
+        hub.bytes_served(REPO, LFS) >= 200_000 && hub.bytes_served(REPO, BIG) >= 4 * 200_000
+    })
+    .await;
+    assert_eq!(ended.result, Err(DownloadError::Cancelled));
+    assert!(took < Duration::from_secs(1), "the cancel took {took:?}");
+    assert!(ended.marked && marker_uid(&root.dest()).as_deref() == Some(UID));
+    assert!(partial_bytes(&root.dest()) > 0, "partial files are kept");
+    let records = std::fs::read_dir(root.dest().join(PARTIAL_DIR)).unwrap();
+    let records = records.filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".parts"));
+    assert_eq!(records.count(), 1, "the big file's parts are recorded");
+    hub.faults().clear();
+    finished(run(job(&root, "main"), &opts).await.0);
+    assert_all_files(&hub, &root.dest(), &commit);
+    for (path, size) in [(LFS, LFS_BYTES), (BIG, BIG_BYTES)] {
+        let served = hub.bytes_served(REPO, path);
+        assert!(served <= size + size / 10, "{path}: served {served} for {size}");
+    }
+}
+
+/// A finished download's files (no marker, manifest or partials) copied into a fresh root.
+fn foreign_copy(hub: &FakeHub, name: &str) -> Root {
+    let root = Root::new(name);
+    let commit = hub.commit_sha(REPO, "c2").unwrap();
+    for path in hub.paths(REPO, &commit).unwrap() {
+        let target = root.dest().join(&path);
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        std::fs::write(target, hub.file(REPO, &commit, &path).unwrap().content.to_vec().unwrap()).unwrap();
+    }
+    root
+}
+
+#[tokio::test]
+async fn a_directory_without_a_marker_is_adopted_and_only_wrong_files_are_refetched() {
+    let hub = hub();
+    let commit = hub.commit_sha(REPO, "c2").unwrap();
+    let files = hub.paths(REPO, &commit).unwrap().len() as u64;
+    let root = foreign_copy(&hub, "adopt");
+    let done = finished(run(job(&root, "main"), &opts(&hub)).await.0);
+    assert_eq!((done.bytes_fetched, done.adopted_files, served_all(&hub)), (0, files, 0));
+    assert_eq!(marker_uid(&root.dest()).as_deref(), Some(UID));
+    let root = foreign_copy(&hub, "adopt-corrupt");
+    let mut bytes = std::fs::read(root.dest().join(LFS)).unwrap();
+    bytes[1234] ^= 0xff;
+    std::fs::write(root.dest().join(LFS), bytes).unwrap();
+    std::fs::write(root.dest().join("extra.bin"), "unrelated").unwrap();
+    hub.clear_requests();
+    let done = finished(run(job(&root, "main"), &opts(&hub)).await.0);
+    assert_eq!((done.bytes_fetched, done.adopted_files), (LFS_BYTES, files - 1));
+    assert_eq!(served_all(&hub), LFS_BYTES);
+    assert_all_files(&hub, &root.dest(), &commit);
+    assert_eq!(std::fs::read_to_string(root.dest().join("extra.bin")).unwrap(), "unrelated");
+}
+
+#[tokio::test]
+async fn another_uids_directory_is_never_written() {
+    let (hub, root) = (hub(), Root::new("other"));
+    std::fs::create_dir_all(root.dest()).unwrap();
+    std::fs::write(root.dest().join(MARKER), r#"{"uid":"uid-2","key":"BaseModel/ns/x"}"#).unwrap();
+    let ended = run(job(&root, "main"), &opts(&hub)).await.0;
+    assert!(!ended.marked);
+    let error = ended.result.unwrap_err();
+    assert_eq!(error, DownloadError::OwnedByOther { uid: "uid-2".into(), path: "models/m".into() });
+    assert!(error.reason().contains("uid-2"), "{}", error.reason());
+    let names: Vec<_> = std::fs::read_dir(root.dest()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, vec![std::ffi::OsString::from(MARKER)]);
+    assert!(hub.requests().is_empty(), "the Hub is not even asked");
+}
+
+#[tokio::test]
+async fn too_little_space_fails_before_the_first_byte_and_names_the_root() {
+    let (hub, root) = (hub(), Root::new("space"));
+    let commit = hub.commit_sha(REPO, "c2").unwrap();
+    let size = repo_bytes(&hub, &commit);
+    FREE_BYTES.lock().unwrap().push((root.0.display().to_string(), size));
+    let ended = run(job(&root, "main"), &opts(&hub)).await.0;
+    let Err(DownloadError::NoSpace { needed_bytes, free_bytes, .. }) = &ended.result else {
+        panic!("{:?}", ended.result);
+    };
+    assert_eq!((*needed_bytes, *free_bytes), (size + size / 100, size), "1 % beyond the bytes to fetch");
+    let reason = ended.result.as_ref().unwrap_err().reason();
+    assert!(reason.starts_with("needs ") && reason.ends_with(&format!("GiB free on {}", root.0.display())), "{reason}");
+    assert!(!ended.marked && !root.dest().exists(), "nothing is left behind");
+    assert_eq!(served_all(&hub), 0);
+    FREE_BYTES.lock().unwrap().retain(|(r, _)| *r != root.0.display().to_string());
+    finished(run(job(&root, "main"), &opts(&hub)).await.0);
+}
+
+fn ranged_cdn_requests(hub: &FakeHub) -> Vec<String> {
+    let requests = hub.requests().into_iter().filter(|r| r.listener == Listener::Cdn && r.uri.contains("weights.bin"));
+    requests.filter_map(|r| r.range).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_big_file_comes_in_ranged_parts_or_in_one_stream_when_ranges_are_ignored() {
+    let hub = hub();
+    let commit = hub.commit_sha(REPO, "c2").unwrap();
+    let opts = Options { multipart_threshold_bytes: 2 << 20, ..opts(&hub) };
+    let root = Root::new("parts");
+    finished(run(job(&root, "main"), &opts).await.0);
+    assert_all_files(&hub, &root.dest(), &commit);
+    let mut ranges = ranged_cdn_requests(&hub);
+    ranges.sort();
+    let part = BIG_BYTES / 4;
+    let mut expected: Vec<String> = (0..4).map(|i| format!("bytes={}-{}", i * part, (i + 1) * part - 1)).collect();
+    expected.sort();
+    assert_eq!(ranges, expected);
+    assert_eq!(hub.bytes_served(REPO, BIG), BIG_BYTES);
+    for count in [1, 100] {
+        hub.clear_requests();
+        hub.faults().add(Fault::IgnoreRange { repo: REPO.into(), path: BIG.into(), count });
+        let root = Root::new(&format!("parts-ignored-{count}"));
+        finished(run(job(&root, "main"), &opts).await.0);
+        assert_all_files(&hub, &root.dest(), &commit);
+        let whole = hub.requests().iter().filter(|r| r.uri.contains("weights.bin") && r.status == 200).count();
+        assert!(whole >= 1, "a 200 was answered");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_parts_resume_in_the_same_run_and_a_wrong_whole_is_fetched_again() {
+    let hub = hub();
+    let commit = hub.commit_sha(REPO, "c2").unwrap();
+    let opts = Options { multipart_threshold_bytes: 2 << 20, stall_timeout_ms: 300, ..opts(&hub) };
+    let stall = Fault::Stall { repo: REPO.into(), path: BIG.into(), after_bytes: 100_000, stall_ms: 30_000, count: 4 };
+    hub.faults().add(stall);
+    let root = Root::new("parts-stalled");
+    finished(run(job(&root, "main"), &opts).await.0);
+    assert_all_files(&hub, &root.dest(), &commit);
+    let served = hub.bytes_served(REPO, BIG);
+    assert!(served <= BIG_BYTES + BIG_BYTES / 10, "served {served} for {BIG_BYTES}");
+    hub.clear_requests();
+    // Every part's body is marked corrupt; only the part holding the middle byte has it flipped.
+    hub.faults().add(Fault::Corrupt { repo: REPO.into(), path: BIG.into(), count: 4 });
+    let root = Root::new("parts-corrupt");
+    finished(run(job(&root, "main"), &opts).await.0);
+    assert_all_files(&hub, &root.dest(), &commit);
+    assert_eq!(hub.bytes_served(REPO, BIG), 2 * BIG_BYTES, "the parts are hashed as a whole, then fetched again");
+}
+
+#[tokio::test]
+async fn rate_limits_are_waited_out_as_retry_after_says() {
+    let (hub, root) = (hub(), Root::new("429"));
+    hub.faults().add(Fault::RateLimit { count: 1, retry_after_s: 1, scope: Scope::Hub });
+    hub.faults().add(Fault::RateLimit { count: 1, retry_after_s: 1, scope: Scope::Cdn });
+    let started = Instant::now();
+    finished(run(job(&root, "main"), &opts(&hub)).await.0);
+    assert!(started.elapsed() >= Duration::from_secs(2), "both waits are honoured: {:?}", started.elapsed());
+    let limited = hub.requests().iter().filter(|r| r.status == 429).count();
+    assert_eq!(limited, 2);
+    hub.faults().add(Fault::RateLimit { count: 1, retry_after_s: 3_600, scope: Scope::Hub });
+    let error = run(job(&Root::new("429-long"), "main"), &opts(&hub)).await.0.result.unwrap_err();
+    assert_eq!(error.retry_after_ms(), Some(3_600_000), "a long wait goes back to the core");
+}
+
+#[tokio::test]
+async fn a_hub_that_is_down_leaves_a_complete_model_finished_from_its_manifest() {
+    let (hub, root) = (hub(), Root::new("down"));
+    let commit = hub.commit_sha(REPO, "c2").unwrap();
+    finished(run(job(&root, "main"), &opts(&hub)).await.0);
+    hub.faults().add(Fault::ServerError { count: 10_000, status: 503, scope: Scope::All });
+    let opts = Options { request_attempts_max: 2, ..opts(&hub) };
+    for revision in ["main", commit.as_str()] {
+        let done = finished(run(job(&root, revision), &opts).await.0);
+        assert_eq!((done.commit.as_str(), done.bytes_fetched), (commit.as_str(), 0));
+    }
+    let other_sha = hub.commit_sha(REPO, "c1").unwrap();
+    let ended = run(job(&root, &other_sha), &opts).await.0;
+    assert!(matches!(ended.result, Err(DownloadError::Hub(HfError::Server { status: 503, .. }))));
+    hub.faults().clear();
+    let once = Options { request_attempts_max: 1, ..opts.clone() };
+    hub.faults().add(Fault::Truncate { repo: REPO.into(), path: "config.json".into(), after_bytes: 1, count: 20 });
+    assert!(run(job(&root, "old"), &once).await.0.result.is_err(), "the move to c1 is cut short");
+    hub.faults().add(Fault::ServerError { count: 10_000, status: 503, scope: Scope::All });
+    let ended = run(job(&root, "main"), &opts).await.0;
+    assert!(ended.result.is_err(), "a directory between two commits is not finished from the old manifest");
+    hub.faults().clear();
+    finished(run(job(&root, "main"), &opts).await.0);
+    hub.faults().add(Fault::ServerError { count: 10_000, status: 503, scope: Scope::All });
+    std::fs::remove_file(root.dest().join("config.json")).unwrap();
+    let ended = run(job(&root, "main"), &opts).await.0;
+    assert!(matches!(ended.result, Err(DownloadError::Hub(HfError::Server { .. }))), "sizes no longer match");
+}
+
+#[tokio::test]
+async fn symlinks_in_the_destination_are_never_followed() {
+    let (hub, root) = (hub(), Root::new("symlinks"));
+    let outside = root.0.join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("precious"), "keep").unwrap();
+    std::fs::create_dir_all(root.dest()).unwrap();
+    std::os::unix::fs::symlink(outside.join("precious"), root.dest().join("config.json")).unwrap();
+    std::os::unix::fs::symlink(&outside, root.dest().join("sub")).unwrap();
+    let ended = run(job(&root, "main"), &opts(&hub)).await.0;
+    let Err(DownloadError::Disk(reason)) = &ended.result else { panic!("{:?}", ended.result) };
+    assert!(reason.contains("symlink"), "{reason}");
+    std::fs::remove_file(root.dest().join("sub")).unwrap();
+    finished(run(job(&root, "main"), &opts(&hub)).await.0);
+    assert!(!root.dest().join("config.json").is_symlink(), "a symlink at a file's name is replaced, not followed");
+    assert_eq!(std::fs::read_to_string(outside.join("precious")).unwrap(), "keep");
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1, "nothing was written outside");
+    std::fs::remove_dir_all(root.dest()).unwrap();
+    std::os::unix::fs::symlink(&outside, root.dest()).unwrap();
+    let ended = run(job(&root, "main"), &opts(&hub)).await.0;
+    assert!(matches!(ended.result, Err(DownloadError::Disk(_))) && !ended.marked, "{:?}", ended.result);
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1, "a symlinked destination is refused");
+}
+
+#[test]
+fn a_read_only_filesystem_is_its_own_error() {
+    assert_eq!(disk::disk_error("models/m", nix::errno::Errno::EROFS), DownloadError::ReadOnly);
+    let other = disk::disk_error("models/m", nix::errno::Errno::EACCES);
+    assert!(matches!(&other, DownloadError::Disk(reason) if reason.starts_with("models/m: ")), "{other:?}");
+}
+
+#[test]
+fn reasons_never_hold_the_token_and_slow_retries_are_five_minutes() {
+    let gated = DownloadError::Hub(HfError::Gated { repo_id: REPO.into(), token_sent: true });
+    assert_eq!(gated.retry_after_ms(), Some(300_000));
+    let limited = DownloadError::Hub(HfError::RateLimited { retry_after_ms: Some(7_000) });
+    assert_eq!(limited.retry_after_ms(), Some(7_000));
+    let space = DownloadError::NoSpace { needed_bytes: 3 << 30, free_bytes: 1 << 29, root: "/mnt/models".into() };
+    assert_eq!(space.reason(), "needs 3.0 GiB, 0.5 GiB free on /mnt/models");
+}
+
+#[test]
+fn the_download_future_can_be_spawned() {
+    fn spawnable<T: Send + 'static>(_: &T) {}
+    let opts = Box::leak(Box::new(Options::default()));
+    let report: &'static mut (dyn FnMut(Progress) + Send) = Box::leak(Box::new(|_: Progress| {}));
+    let root = Root::new("send");
+    let work = download(job(&root, "main"), opts, report, watch::channel(false).1);
+    spawnable(&work);
+}

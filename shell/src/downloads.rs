@@ -1,0 +1,178 @@
+//! Executes `Op::Download` and `Op::CancelDownload`. A download runs on a runtime of its own
+//! (multi-threaded: its file writes and hashing block a thread, and the loop's runtime must never
+//! wait on the disk); the loop's task only waits for it. It reports progress to the core as it
+//! goes and its end as `Outcome::Downloaded`. Cancelled downloads keep their partial files.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use model_agent_core::dest_path::DestPath;
+use model_agent_core::machine::{DownloadEnd, DownloadResult, EffectId, Input, Outcome};
+use model_agent_core::storage_uri::StorageUri;
+use model_agent_core::wire::DownloadProgress;
+use model_agent_core::{ModelKey, Uid};
+
+use crate::agent::Ctx;
+use crate::download::{self, DownloadError, Ended, Job, Options, Progress};
+use crate::hf::HfError;
+
+/// The download runtime's handle, the engine's options and the cancel switch of every download
+/// not yet ended.
+#[derive(Clone)]
+pub struct Downloads {
+    runtime: tokio::runtime::Handle,
+    options: Arc<Options>,
+    cancels: Arc<Mutex<HashMap<EffectId, watch::Sender<bool>>>>,
+}
+
+impl Downloads {
+    pub fn new(runtime: tokio::runtime::Handle, options: Options) -> Downloads {
+        Downloads { runtime, options: Arc::new(options), cancels: Default::default() }
+    }
+
+    /// Stop one download (the core asked); its outcome follows as usual.
+    pub fn cancel(&self, id: EffectId) {
+        if let Some(switch) = self.cancels.lock().expect("cancels lock").get(&id) {
+            let _ = switch.send(true);
+        }
+    }
+
+    /// Shutdown: stop every download now (partial files are kept, the next start resumes).
+    pub fn cancel_all(&self) {
+        for switch in self.cancels.lock().expect("cancels lock").values() {
+            let _ = switch.send(true);
+        }
+    }
+
+    fn register(&self, id: EffectId) -> watch::Receiver<bool> {
+        let (tx, rx) = watch::channel(false);
+        self.cancels.lock().expect("cancels lock").insert(id, tx);
+        rx
+    }
+
+    fn forget(&self, id: EffectId) {
+        self.cancels.lock().expect("cancels lock").remove(&id);
+    }
+}
+
+/// What one download needs from the effect.
+pub struct Request {
+    pub id: EffectId,
+    pub key: ModelKey,
+    pub uid: Uid,
+    pub storage_uri: String,
+    pub dest: DestPath,
+}
+
+/// Runs in the loop's task for the effect (counted in flight); the cancel switch exists from the
+/// moment the effect is dispatched, so a cancel that comes first is not lost.
+pub fn register(ctx: &Ctx, id: EffectId) -> watch::Receiver<bool> {
+    ctx.downloads.register(id)
+}
+
+pub async fn execute(c: Ctx, request: Request, mut cancel: watch::Receiver<bool>) -> Option<Input> {
+    let id = request.id;
+    let permit = tokio::select! {
+        permit = c.fetches.acquire() => permit.ok(),
+        _ = cancel.wait_for(|cancelled| *cancelled) => None,
+    };
+    let end = match permit {
+        None => DownloadEnd { marked: false, result: DownloadResult::Cancelled },
+        Some(_permit) => {
+            let started = std::time::Instant::now();
+            let end = run(&c, &request, cancel).await;
+            c.metrics.download_ended(&request.key, &end, started.elapsed());
+            log_end(&request, &end);
+            core_end(end)
+        }
+    };
+    c.downloads.forget(id);
+    Some(Input::EffectDone { id, outcome: Outcome::Downloaded(end) })
+}
+
+async fn run(c: &Ctx, request: &Request, cancel: watch::Receiver<bool>) -> Ended {
+    let failed = |reason: String| Ended { marked: false, result: Err(DownloadError::Disk(reason)) };
+    let (repo_id, revision) = match StorageUri::parse(&request.storage_uri) {
+        Ok(StorageUri::HuggingFace { org, repo, revision }) => (format!("{org}/{repo}"), revision),
+        Ok(_) => {
+            return failed(format!("downloading {} is not supported by this build of model-agent", request.storage_uri));
+        }
+        Err(e) => return failed(e.to_string()),
+    };
+    let Some(dest_rel) = request.dest.beneath_root.clone() else {
+        return failed(format!("{} is not beneath the models root", request.dest.absolute));
+    };
+    let token = match crate::credentials::hf_token(&c.client, &request.key, request.uid.as_str(), &c.namespace).await {
+        Ok(token) => token,
+        Err(reason) => return Ended { marked: false, result: Err(DownloadError::Credentials(reason)) },
+    };
+    let job = Job {
+        root: c.root.clone(),
+        dest_rel,
+        uid: request.uid.as_str().to_string(),
+        key: request.key.to_string(),
+        repo_id,
+        revision,
+        token,
+    };
+    let (options, outcomes, id) = (c.downloads.options.clone(), c.outcomes.clone(), request.id);
+    let work = c.downloads.runtime.spawn(download_reporting(job, options, (outcomes, id), cancel));
+    work.await.unwrap_or_else(|e| failed(format!("the download task ended abnormally: {e}")))
+}
+
+/// The engine, with its progress reports sent to the core as `Input::DownloadProgress`.
+async fn download_reporting(
+    job: Job,
+    options: Arc<Options>,
+    (outcomes, id): (tokio::sync::mpsc::UnboundedSender<Input>, EffectId),
+    cancel: watch::Receiver<bool>,
+) -> Ended {
+    let mut report: Box<dyn FnMut(Progress) + Send> = Box::new(move |p: Progress| {
+        let _ = outcomes.send(Input::DownloadProgress { id, progress: wire_progress(&p) });
+    });
+    download::download(job, &options, &mut *report, cancel).await
+}
+
+/// OME's progress schema; the time is the shell's (the core never reads a clock).
+fn wire_progress(p: &Progress) -> DownloadProgress {
+    let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    DownloadProgress {
+        phase: "downloading".into(),
+        total_bytes: clamp(p.total_bytes),
+        completed_bytes: clamp(p.completed_bytes),
+        total_files: clamp(p.total_files),
+        completed_files: clamp(p.completed_files),
+        speed_bytes_per_sec: p.bytes_per_sec.round(),
+        last_updated: k8s_openapi::jiff::Timestamp::now()
+            .round(k8s_openapi::jiff::Unit::Second)
+            .map_or_else(|_| String::new(), |t| t.to_string()),
+    }
+}
+
+fn core_end(end: Ended) -> DownloadEnd {
+    let result = match end.result {
+        Ok(finished) => DownloadResult::Done { commit: finished.commit },
+        Err(DownloadError::Cancelled) => DownloadResult::Cancelled,
+        Err(error) => DownloadResult::Failed { reason: error.reason(), retry_after_ms: error.retry_after_ms() },
+    };
+    DownloadEnd { marked: end.marked, result }
+}
+
+fn log_end(request: &Request, end: &Ended) {
+    let (key, dest) = (&request.key, &request.dest.absolute);
+    match &end.result {
+        Ok(f) => {
+            info!(model = %key, dest = %dest, commit = %f.commit, files = f.files, bytes_fetched = f.bytes_fetched, adopted_files = f.adopted_files, "download complete")
+        }
+        Err(DownloadError::Cancelled) => info!(model = %key, dest = %dest, "download cancelled; partial files kept"),
+        Err(e) => warn!(model = %key, dest = %dest, reason = %e, "download failed"),
+    }
+}
+
+/// Was this end a 429 from the Hub (OME's `model_agent_rate_limit_total`)?
+pub fn rate_limited(end: &Ended) -> bool {
+    matches!(end.result, Err(DownloadError::Hub(HfError::RateLimited { .. })))
+}

@@ -1,0 +1,231 @@
+//! `hf://` downloads end to end: the real agent, the real apiserver, and the project's fake Hub
+//! (started in this test process on loopback ports; never the internet).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use model_agent_fakehub::{CommitFixture, FakeHub, Fault, Fixtures, RepoFixture, git_blob_oid, sha256_hex};
+
+use super::{Agent, apply, entries, kubectl, label_key, labels, node, scratch, var, wait_until};
+
+const REPO: &str = "org/e2e";
+const BIG: &str = "weights/model-00001.safetensors";
+const BIG_BYTES: u64 = 4 << 20;
+const SMALL_LFS: &str = "tokenizer.model";
+const TOKEN: &str = "hf_e2e_secret_token";
+
+fn hub() -> FakeHub {
+    let commit = CommitFixture::new()
+        .file("config.json", r#"{"model_type":"llama","architectures":["LlamaForCausalLM"]}"#)
+        .file("sub/dir/notes.txt", "nested")
+        .generated_lfs(SMALL_LFS, 1 << 20, 3)
+        .generated_lfs(BIG, BIG_BYTES, 5);
+    let repo = |id: &str| RepoFixture::new(id).commit("c1", commit.clone()).branch("main", "c1");
+    let fixtures = Fixtures::new()
+        .repo(repo(REPO))
+        .repo(repo("org/private").private(TOKEN))
+        .repo(repo("org/gated").gated(&[TOKEN]));
+    FakeHub::start(fixtures).expect("the fake Hub")
+}
+
+fn repo_bytes(hub: &FakeHub, repo: &str) -> u64 {
+    let paths = hub.paths(repo, "main").unwrap();
+    paths.iter().map(|p| hub.file(repo, "main", p).unwrap().size_bytes).sum()
+}
+
+/// The agent pointed at `hub`, reporting progress every half second.
+fn agent(hub: &FakeHub, n: &str, root: &Path) -> Agent {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_model-agent"));
+    command.env("HF_ENDPOINT", hub.endpoint()).env_remove("HF_TOKEN");
+    Agent::launch(command, &var("AGENT_KUBECONFIG"), n, root, &["--download-progress-period-ms", "500"])
+}
+
+/// A ClusterBaseModel of `uri` into `dest`, placed on `n`; `storage_extra` goes into `storage`.
+fn hf_model(name: &str, n: &str, uri: &str, dest: &Path, storage_extra: &str) -> String {
+    format!(
+        "apiVersion: ome.io/v1beta1\nkind: ClusterBaseModel\nmetadata:\n  name: {name}\nspec:\n  storage: {{storageUri: \"{uri}\", path: \"{}\", nodeSelector: {{e2e: {n}}}{storage_extra}}}\n",
+        dest.display()
+    )
+}
+
+fn entry(n: &str, name: &str) -> serde_json::Value {
+    entries(n).get(&format!("clusterbasemodel.{name}")).cloned().unwrap_or(serde_json::Value::Null)
+}
+
+/// Every file of the repo is in `dir` with the size and hash the tree API gives.
+fn assert_files_match(hub: &FakeHub, repo: &str, dir: &Path) {
+    for path in hub.paths(repo, "main").unwrap() {
+        let info = hub.file(repo, "main", &path).unwrap();
+        let bytes = std::fs::read(dir.join(&path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(bytes.len() as u64, info.size_bytes, "{path}");
+        match &info.lfs_sha256 {
+            Some(sha) => assert_eq!(&sha256_hex(&bytes), sha, "{path}"),
+            None => assert_eq!(git_blob_oid(&bytes), info.git_oid, "{path}"),
+        }
+    }
+    assert!(!dir.join(".model-agent-partial").exists(), "no partial files are left");
+    assert!(dir.join(".model-agent-owner").exists(), "the ownership marker is there");
+}
+
+fn trash_entries(root: &Path) -> usize {
+    std::fs::read_dir(root.join(".model-agent-trash")).map(|d| d.count()).unwrap_or(0)
+}
+
+fn stall(path: &str, after_bytes: u64, stall_ms: u64) -> Fault {
+    Fault::Stall { repo: REPO.into(), path: path.into(), after_bytes, stall_ms, count: 1 }
+}
+
+#[test]
+#[ignore = "needs a real kube-apiserver: run by scripts/e2e"]
+fn t14_hf_download_reports_progress_then_ready_and_a_delete_trashes_it() {
+    super::setup();
+    let (n, name) = ("e2e-hf", "e2e-hf-m");
+    node(n);
+    let hub = hub();
+    // The big file stalls for 3 s once: long enough to see the download's progress.
+    hub.faults().add(stall(BIG, 1 << 20, 3_000));
+    let root = scratch("hf-root");
+    let dest = root.join("org/e2e");
+    let agent = agent(&hub, n, &root);
+    apply(&hf_model(name, n, &format!("hf://{REPO}"), &dest, ""));
+    wait_until("progress in the entry while the label is Updating", Duration::from_secs(30), || {
+        let e = entry(n, name);
+        e["status"] == "Updating"
+            && e["progress"]["totalBytes"].as_u64() == Some(repo_bytes(&hub, REPO))
+            && labels(n).get(&label_key(name)).is_some_and(|v| v == "Updating")
+    });
+    wait_until("label Ready", Duration::from_secs(60), || {
+        labels(n).get(&label_key(name)).is_some_and(|v| v == "Ready")
+    });
+    let e = entry(n, name);
+    assert_eq!(e["status"], "Ready");
+    assert!(e.get("progress").is_none(), "progress is cleared on Ready: {e}");
+    let artifact = &e["config"]["artifact"];
+    assert_eq!(artifact["sha"].as_str(), hub.commit_sha(REPO, "c1").as_deref(), "{e}");
+    assert_eq!(artifact["parentPath"][format!("clusterbasemodel.{name}")], dest.to_str().unwrap());
+    assert_eq!(artifact["childrenPaths"], serde_json::json!([]));
+    assert_files_match(&hub, REPO, &dest);
+    assert!(
+        agent.metric(
+            "model_agent_download_bytes_total{model_type=\"ClusterBaseModel\",namespace=\"\",name=\"e2e-hf-m\"}"
+        ) >= repo_bytes(&hub, REPO) as f64
+    );
+    kubectl(&["delete", "clusterbasemodel", name]);
+    wait_until("label removed", Duration::from_secs(30), || !labels(n).contains_key(&label_key(name)));
+    wait_until("the directory moved to the trash", Duration::from_secs(30), || {
+        !dest.exists() && trash_entries(&root) == 1
+    });
+    agent.stop();
+}
+
+#[test]
+#[ignore = "needs a real kube-apiserver: run by scripts/e2e"]
+fn t15_hf_token_from_a_secret_and_a_gated_repo_without_one_fails_with_the_reason() {
+    super::setup();
+    let n = "e2e-hf-token";
+    node(n);
+    let hub = hub();
+    apply(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: e2e-hf-token\n  namespace: ome\nstringData:\n  hf-token: {TOKEN}\n"
+    ));
+    let root = scratch("hf-token-root");
+    let _agent = agent(&hub, n, &root);
+    let with_secret = ", key: e2e-hf-token, parameters: {secretKey: hf-token}";
+    apply(&hf_model("e2e-hf-private", n, "hf://org/private", &root.join("private"), with_secret));
+    apply(&hf_model("e2e-hf-gated", n, "hf://org/gated", &root.join("gated"), ""));
+    apply(&hf_model("e2e-hf-nosecret", n, "hf://org/private", &root.join("nosecret"), ", key: e2e-hf-missing"));
+    let status = |name: &str| labels(n).get(&label_key(name)).cloned().unwrap_or_default();
+    wait_until("the private repo Ready with the Secret's token", Duration::from_secs(60), || {
+        status("e2e-hf-private") == "Ready"
+    });
+    assert_files_match(&hub, "org/private", &root.join("private"));
+    wait_until("the gated repo Failed", Duration::from_secs(60), || status("e2e-hf-gated") == "Failed");
+    let reason = entry(n, "e2e-hf-gated")["reason"].as_str().unwrap_or_default().to_string();
+    assert!(reason.contains("gated"), "{reason}");
+    wait_until("a missing Secret Failed", Duration::from_secs(60), || status("e2e-hf-nosecret") == "Failed");
+    let reason = entry(n, "e2e-hf-nosecret")["reason"].as_str().unwrap_or_default().to_string();
+    assert!(reason.contains("Secret ome/e2e-hf-missing") && reason.contains("not found"), "{reason}");
+    // The token went to the Hub only, and it is in no trace the agent wrote.
+    let trace = std::fs::read_to_string(Agent::scratch_dir(n).join("trace.jsonl")).unwrap();
+    assert!(!trace.contains(TOKEN), "the token is in the trace");
+    for name in ["e2e-hf-private", "e2e-hf-gated", "e2e-hf-nosecret"] {
+        kubectl(&["delete", "clusterbasemodel", name]);
+    }
+}
+
+#[test]
+#[ignore = "needs a real kube-apiserver: run by scripts/e2e"]
+fn t16_a_delete_during_a_download_cancels_it_and_trashes_the_directory() {
+    super::setup();
+    let (n, name) = ("e2e-hf-cancel", "e2e-hf-cancel-m");
+    node(n);
+    let hub = hub();
+    hub.faults().add(stall(BIG, 1 << 20, 120_000));
+    let root = scratch("hf-cancel-root");
+    let dest = root.join("cancel");
+    let agent = agent(&hub, n, &root);
+    apply(&hf_model(name, n, &format!("hf://{REPO}"), &dest, ""));
+    wait_until("the big file half fetched", Duration::from_secs(30), || hub.bytes_served(REPO, BIG) >= 1 << 20);
+    assert_eq!(labels(n).get(&label_key(name)).map(String::as_str), Some("Updating"));
+    kubectl(&["delete", "clusterbasemodel", name]);
+    // The Hub stalls for two minutes: only a cancel ends the download this soon.
+    wait_until("label and entry removed", Duration::from_secs(20), || {
+        !labels(n).contains_key(&label_key(name)) && entry(n, name).is_null()
+    });
+    wait_until("nothing left outside the trash", Duration::from_secs(20), || {
+        !dest.exists() && trash_entries(&root) == 1
+    });
+    let log = std::fs::read_to_string(Agent::scratch_dir(n).join("agent.log")).unwrap();
+    assert!(log.contains("download cancelled"), "the agent says it cancelled");
+    agent.stop();
+}
+
+#[test]
+#[ignore = "needs a real kube-apiserver: run by scripts/e2e"]
+fn t17_a_killed_download_resumes_and_a_directory_ome_downloaded_is_adopted() {
+    super::setup();
+    let (n, name) = ("e2e-hf-resume", "e2e-hf-resume-m");
+    node(n);
+    let hub = hub();
+    hub.faults().add(stall(BIG, 3 << 20, 120_000));
+    let root = scratch("hf-resume-root");
+    let dest = root.join("resume");
+    let first = agent(&hub, n, &root);
+    apply(&hf_model(name, n, &format!("hf://{REPO}"), &dest, ""));
+    wait_until("3 MiB of the big file fetched", Duration::from_secs(30), || hub.bytes_served(REPO, BIG) >= 3 << 20);
+    std::thread::sleep(Duration::from_millis(500));
+    drop(first); // SIGKILL mid-download
+    hub.faults().clear();
+    let second = agent(&hub, n, &root);
+    wait_until("label Ready after the restart", Duration::from_secs(60), || {
+        labels(n).get(&label_key(name)).is_some_and(|v| v == "Ready")
+    });
+    assert_files_match(&hub, REPO, &dest);
+    let served: u64 = hub.bytes_served_all().iter().filter(|f| f.repo == REPO).map(|f| f.bytes).sum();
+    let size = repo_bytes(&hub, REPO);
+    assert!(served as f64 <= 1.1 * size as f64, "fetched {served} bytes across the two runs for a {size}-byte repo");
+    // OME's agent downloaded this directory: the same files, no marker, no manifest.
+    let ome_dir = adopt_fixture(&dest, &root.join("from-ome"));
+    let before = hub.bytes_served(REPO, BIG);
+    apply(&hf_model("e2e-hf-adopt", n, &format!("hf://{REPO}"), &ome_dir, ""));
+    wait_until("the adopted model Ready", Duration::from_secs(60), || {
+        labels(n).get(&label_key("e2e-hf-adopt")).is_some_and(|v| v == "Ready")
+    });
+    assert_eq!(hub.bytes_served(REPO, BIG), before, "no weights downloaded again");
+    assert_files_match(&hub, REPO, &ome_dir);
+    for m in [name, "e2e-hf-adopt"] {
+        kubectl(&["delete", "clusterbasemodel", m]);
+    }
+    second.stop();
+}
+
+/// A copy of a downloaded directory without this agent's marker and manifest: what OME's own
+/// agent leaves behind.
+fn adopt_fixture(from: &Path, to: &Path) -> PathBuf {
+    let status = Command::new("cp").arg("-a").arg(from).arg(to).status().unwrap();
+    assert!(status.success());
+    std::fs::remove_file(to.join(".model-agent-owner")).unwrap();
+    let _ = std::fs::remove_file(to.join(".model-agent-manifest.json"));
+    to.to_path_buf()
+}
