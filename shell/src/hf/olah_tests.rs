@@ -48,8 +48,7 @@ fn sha256_of(path: &std::path::Path) -> String {
     Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// One file into the partial file at `partial` (the only call of the fetch API here: merging with a
-/// `fetch_file` that takes an opened file and a `Meter` changes this function only).
+/// One file into the partial file at `partial` (opened here, kept as it is: a resume starts from it).
 async fn fetch_into(
     source: &HfSource,
     repo: &str,
@@ -57,7 +56,8 @@ async fn fetch_into(
     file: &RemoteFile,
     partial: &std::path::Path,
 ) -> Result<(), HfError> {
-    fetch_file(source, repo, commit, file, partial, STALL_TIMEOUT_MS).await
+    let handle = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(partial).unwrap();
+    fetch_file(source, repo, commit, file, handle, STALL_TIMEOUT_MS, &Meter::default()).await
 }
 
 struct Scratch(PathBuf);
