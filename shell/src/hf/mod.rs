@@ -7,6 +7,8 @@ mod fetch;
 mod hashing;
 mod http;
 mod listing;
+#[cfg(test)]
+mod olah_tests;
 mod paths;
 mod ranged;
 #[cfg(test)]
