@@ -165,16 +165,7 @@ pub(super) fn drive(
         if running.is_none() && (inc.inflight.is_some() || inc.blocked_until.is_some_and(|t| t > env.now)) {
             continue;
         }
-        let ctx = Context {
-            node: env.node,
-            root: env.root,
-            models_root: &env.config.models_root,
-            label_fenced: label_fenced(env, slot, inc),
-            held_by: env.contest.and_then(|c| c.held_by.as_ref()).filter(|_| is_current),
-            synced: env.synced,
-            former_owns_dir: is_current && former_owns_dir,
-            predecessor_unsettled: is_current && former_unsettled,
-        };
+        let ctx = context(env, slot, inc, is_current, (former_owns_dir, former_unsettled));
         let want = want(inc, &ctx);
         if is_current {
             held_by = match &want {
@@ -215,6 +206,26 @@ pub(super) fn drive(
     if !finished.is_empty() {
         drop_finished(timers, stats, key, slot, &finished);
         stats.candidates += normalize(slot, env.now, env.seq);
+    }
+}
+
+/// What the rest of the state contributes to one incarnation's decision.
+fn context<'a>(
+    env: &Env<'a>,
+    slot: &Slot,
+    inc: &Incarnation,
+    is_current: bool,
+    (former_owns_dir, former_unsettled): (bool, bool),
+) -> Context<'a> {
+    Context {
+        node: env.node,
+        root: env.root,
+        models_root: &env.config.models_root,
+        label_fenced: label_fenced(env, slot, inc),
+        held_by: env.contest.and_then(|c| c.held_by.as_ref()).filter(|_| is_current),
+        synced: env.synced,
+        former_owns_dir: is_current && former_owns_dir,
+        predecessor_unsettled: is_current && former_unsettled,
     }
 }
 
