@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::sync::Arc;
 
 use model_agent_core::machine::{
-    Config, DriftSnapshot, Effect, Input, ListResult, NodeReadResult, Note, Op, Output, OwnedDir, ReadResult,
-    RootProbe, WatchEvent,
+    Config, DownloadEnd, DownloadResult, DriftSnapshot, Effect, Input, ListResult, NodeReadResult, Note, Op, Output,
+    OwnedDir, ReadResult, RootProbe, WatchEvent,
 };
 use model_agent_core::placement::NodeView;
 use model_agent_core::prng::Prng;
@@ -102,6 +102,12 @@ pub struct SimNode {
     /// Directories beneath the models root with this agent's ownership marker (path → uid).
     pub dirs: BTreeMap<String, Uid>,
     pub trash: BTreeSet<String>,
+    /// Downloads sent and not yet executed: (directory, uid) → (process generation, effect). A
+    /// trash by that uid while the running process's download runs is a violation (cancel, wait,
+    /// then trash); another uid's download there fails on the marker, as in the real shell.
+    downloads_running: BTreeMap<(String, Uid), (u32, model_agent_core::machine::EffectId)>,
+    /// Downloads the core cancelled before they executed: they stop with their marker written.
+    downloads_cancelled: BTreeSet<model_agent_core::machine::EffectId>,
     pub connected: bool,
     stream_at: [u64; 2],
     /// The Node watch's position: its deliveries stay in order.
@@ -132,6 +138,8 @@ pub struct Counters {
     pub unpublish_effects: u64,
     pub trash_effects: u64,
     pub downloads: u64,
+    /// Downloads the core cancelled before they landed (a delete or exit during a download).
+    pub downloads_cancelled: u64,
 }
 
 impl Counters {
@@ -271,6 +279,8 @@ impl World {
                     missing_local: BTreeSet::new(),
                     dirs: BTreeMap::new(),
                     trash: BTreeSet::new(),
+                    downloads_running: BTreeMap::new(),
+                    downloads_cancelled: BTreeSet::new(),
                     connected: false,
                     stream_at: [0, 0],
                     node_stream_at: 0,
@@ -434,10 +444,16 @@ impl World {
                 let text = format!("destructive effect after shutdown began: {:?}", effect.op);
                 self.violation_on(node, None, text);
             }
-            match effect.op {
+            match &effect.op {
                 Op::Unpublish { .. } => self.counters.unpublish_effects += 1,
                 Op::TrashDir { .. } => self.counters.trash_effects += 1,
-                Op::Download { .. } => self.counters.downloads += 1,
+                Op::Download { dest, uid, .. } => {
+                    self.counters.downloads += 1;
+                    if let Some(path) = &dest.beneath_root {
+                        let running = (generation, effect.id);
+                        self.nodes[node].downloads_running.insert((path.clone(), uid.clone()), running);
+                    }
+                }
                 _ => {}
             }
             let delay = match effect.op {
@@ -520,8 +536,12 @@ impl World {
                 Some(Input::EffectDone { id, outcome: local_outcome(path, missing) })
             }
             Op::Download { dest, uid, .. } => self.exec_download(node, id, dest, uid),
-            // Downloads land whole when executed, so there is nothing to stop yet.
-            Op::CancelDownload { .. } => None,
+            // Stopped when it would have executed: it then reports Cancelled, its marker written.
+            Op::CancelDownload { download } => {
+                self.counters.downloads_cancelled += 1;
+                self.nodes[node].downloads_cancelled.insert(*download);
+                None
+            }
             Op::TrashDir { uid, path, trash_name, .. } => self.exec_trash(node, id, uid, path, trash_name),
             Op::PurgeTrash { name } => {
                 self.nodes[node].trash.remove(name);
@@ -614,6 +634,13 @@ impl World {
         dest: &model_agent_core::dest_path::DestPath,
         uid: &Uid,
     ) -> Option<Input> {
+        let cancelled = self.nodes[node].downloads_cancelled.remove(&id);
+        if let Some(path) = &dest.beneath_root {
+            let key = (path.clone(), uid.clone());
+            if self.nodes[node].downloads_running.get(&key).is_some_and(|(_, running)| *running == id) {
+                self.nodes[node].downloads_running.remove(&key);
+            }
+        }
         if !self.nodes[node].root_writable {
             return Some(Input::EffectDone { id, outcome: fail("read-only file system") });
         }
@@ -629,6 +656,10 @@ impl World {
             return Some(Input::EffectDone { id, outcome: fail(&reason) });
         }
         self.nodes[node].dirs.insert(path.to_string(), uid.clone());
+        if cancelled {
+            let end = DownloadEnd { marked: true, result: DownloadResult::Cancelled };
+            return Some(Input::EffectDone { id, outcome: model_agent_core::machine::Outcome::Downloaded(end) });
+        }
         Some(done(id))
     }
 
@@ -643,6 +674,11 @@ impl World {
         if path.starts_with('/') || path.split('/').any(|c| c == "..") {
             self.violation_on(node, None, format!("trash of a path not beneath the root: {path}"));
             return Some(Input::EffectDone { id, outcome: fail("refused") });
+        }
+        let generation = self.nodes[node].generation;
+        let key = (path.to_string(), uid.clone());
+        if self.nodes[node].downloads_running.get(&key).is_some_and(|(g, _)| *g == generation) {
+            self.violation_on(node, None, format!("{path} trashed while its download still runs"));
         }
         if self.nodes[node].dirs.get(path) == Some(uid) {
             self.nodes[node].dirs.remove(path);
