@@ -537,11 +537,7 @@ impl World {
             }
             Op::Download { dest, uid, .. } => self.exec_download(node, id, dest, uid),
             // Stopped when it would have executed: it then reports Cancelled, its marker written.
-            Op::CancelDownload { download } => {
-                self.counters.downloads_cancelled += 1;
-                self.nodes[node].downloads_cancelled.insert(*download);
-                None
-            }
+            Op::CancelDownload { download } => self.exec_cancel(node, *download),
             Op::TrashDir { uid, path, trash_name, .. } => self.exec_trash(node, id, uid, path, trash_name),
             Op::PurgeTrash { name } => {
                 self.nodes[node].trash.remove(name);
@@ -625,6 +621,12 @@ impl World {
             }
         }
         Some(done(id))
+    }
+
+    fn exec_cancel(&mut self, node: usize, download: model_agent_core::machine::EffectId) -> Option<Input> {
+        self.counters.downloads_cancelled += 1;
+        self.nodes[node].downloads_cancelled.insert(download);
+        None
     }
 
     fn exec_download(
