@@ -272,7 +272,7 @@ fn dispatch(ctx: &Ctx, Effect { id, op }: Effect) {
             Some(Input::EffectDone { id, outcome: outcome(result) })
         }),
         Op::Download { key, uid, storage_uri, dest } => {
-            let cancel = downloads::register(ctx, id);
+            let cancel = ctx.downloads.register(id);
             let request = downloads::Request { id, key, uid, storage_uri, dest };
             spawn(ctx, async move |c: Ctx| downloads::execute(c, request, cancel).await)
         }

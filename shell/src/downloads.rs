@@ -47,7 +47,9 @@ impl Downloads {
         }
     }
 
-    fn register(&self, id: EffectId) -> watch::Receiver<bool> {
+    /// The cancel switch of download `id`, made when the effect is dispatched so that a cancel
+    /// that comes before the download's task runs is not lost.
+    pub fn register(&self, id: EffectId) -> watch::Receiver<bool> {
         let (tx, rx) = watch::channel(false);
         self.cancels.lock().expect("cancels lock").insert(id, tx);
         rx
@@ -67,12 +69,7 @@ pub struct Request {
     pub dest: DestPath,
 }
 
-/// Runs in the loop's task for the effect (counted in flight); the cancel switch exists from the
-/// moment the effect is dispatched, so a cancel that comes first is not lost.
-pub fn register(ctx: &Ctx, id: EffectId) -> watch::Receiver<bool> {
-    ctx.downloads.register(id)
-}
-
+/// Runs in the loop's task for the effect (counted in flight).
 pub async fn execute(c: Ctx, request: Request, mut cancel: watch::Receiver<bool>) -> Option<Input> {
     let id = request.id;
     let permit = tokio::select! {
@@ -94,7 +91,7 @@ pub async fn execute(c: Ctx, request: Request, mut cancel: watch::Receiver<bool>
 }
 
 async fn run(c: &Ctx, request: &Request, cancel: watch::Receiver<bool>) -> Ended {
-    let failed = |reason: String| Ended { marked: false, result: Err(DownloadError::Disk(reason)) };
+    let failed = |reason: String| Ended { marked: false, result: Err(DownloadError::NotStarted(reason)) };
     let (repo_id, revision) = match StorageUri::parse(&request.storage_uri) {
         Ok(StorageUri::HuggingFace { org, repo, revision }) => (format!("{org}/{repo}"), revision),
         Ok(_) => {
@@ -110,7 +107,7 @@ async fn run(c: &Ctx, request: &Request, cancel: watch::Receiver<bool>) -> Ended
     };
     let token = match crate::credentials::hf_token(&c.client, &request.key, request.uid.as_str(), &c.namespace).await {
         Ok(token) => token,
-        Err(reason) => return Ended { marked: false, result: Err(DownloadError::Credentials(reason)) },
+        Err(reason) => return failed(reason),
     };
     let job = Job {
         root: c.root.clone(),

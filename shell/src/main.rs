@@ -267,7 +267,7 @@ fn main() -> ExitCode {
 fn download_options(cli: &Cli) -> download::Options {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     download::Options {
-        endpoint: env("HF_ENDPOINT").or_else(|| env("ENDPOINT")).unwrap_or_else(|| "https://huggingface.co".into()),
+        endpoint: download::endpoint(&env),
         files_concurrency: cli.files_concurrency,
         multipart_concurrency: cli.multipart_concurrency,
         progress_period_ms: cli.progress_period_ms,

@@ -48,30 +48,27 @@ impl State {
         inc.download = None;
         inc.changed_seq = st.seq;
         st.dirty.push(key.clone());
-        let outcome = match (outcome, what) {
-            (outcome, IncOp::Fetch { plan }) => return fetch_done(inc, (&config, &mut self.prng), now, plan, outcome),
-            (outcome, what) => (outcome, what),
-        };
-        match outcome {
+        match (outcome, what) {
+            (outcome, IncOp::Fetch { plan }) => fetch_done(inc, (&config, &mut self.prng), now, plan, outcome),
+            (Outcome::Failed(reason), _) => {
+                let delay = inc.failed_once(&config, &mut self.prng);
+                inc.blocked_until = Some(now.plus_ms(delay));
+                self.stats.effects_failed += 1;
+                st.notes.push(Note::EffectFailed { id, reason, retry_in_ms: delay });
+            }
             (Outcome::Done | Outcome::Downloaded(_), what) => {
                 inc.failures = 0;
                 match what {
                     IncOp::Publish { status, reason } => inc.published = Published::Status { status, reason },
                     IncOp::Unpublish => inc.published = Published::Nothing,
-                    IncOp::Fetch { .. } => unreachable!("fetch outcomes are handled above"),
                     IncOp::Trash { name } => {
                         inc.owned_dir = None;
                         let purge_at = now.plus_ms(config.trash_grace_ms);
                         self.trash.insert(name.clone(), purge_at);
                         self.set_timer(purge_at, TimerKey::Purge(name));
                     }
+                    IncOp::Fetch { .. } => unreachable!("matched by the first arm"),
                 }
-            }
-            (Outcome::Failed(reason), _) => {
-                let delay = inc.failed_once(&config, &mut self.prng);
-                inc.blocked_until = Some(now.plus_ms(delay));
-                self.stats.effects_failed += 1;
-                st.notes.push(Note::EffectFailed { id, reason, retry_in_ms: delay });
             }
         }
     }

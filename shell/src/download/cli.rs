@@ -22,7 +22,7 @@ struct Args {
 /// [--multipart-threshold BYTES] hf://org/repo[@rev]`; the endpoint and token from the environment.
 fn parse(args: Vec<String>, env: &dyn Fn(&str) -> Option<String>) -> Result<Args, String> {
     let (mut root, mut dest, mut uid, mut uri) = (None, None, "model-agent-cli".to_owned(), None);
-    let endpoint = env("HF_ENDPOINT").or_else(|| env("ENDPOINT")).unwrap_or_else(|| "https://huggingface.co".into());
+    let endpoint = super::endpoint(env);
     let mut opts = Options { endpoint, progress_period_ms: CLI_PROGRESS_PERIOD_MS, ..Options::default() };
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {

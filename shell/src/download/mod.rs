@@ -37,6 +37,11 @@ pub use cli::run_download_command;
 use crate::hf::HfError;
 use progress::{Reporter, Tally};
 
+/// The Hub endpoint: `HF_ENDPOINT`, else OME's `ENDPOINT`, else the Hub itself.
+pub fn endpoint(env: &dyn Fn(&str) -> Option<String>) -> String {
+    env("HF_ENDPOINT").or_else(|| env("ENDPOINT")).unwrap_or_else(|| "https://huggingface.co".into())
+}
+
 /// How a download runs (the agent's flags; OME's defaults).
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -142,8 +147,9 @@ pub enum DownloadError {
     /// The models root's filesystem is read-only.
     ReadOnly,
     Disk(String),
-    /// The token could not be read (the model's Secret, or the model itself).
-    Credentials(String),
+    /// Refused before it began: a scheme this build cannot download, or a token that cannot be
+    /// read (the model's Secret, or the model itself).
+    NotStarted(String),
     Cancelled,
 }
 
@@ -193,7 +199,7 @@ impl fmt::Display for DownloadError {
             }
             DownloadError::ReadOnly => write!(f, "the models root is on a read-only filesystem"),
             DownloadError::Disk(reason) => write!(f, "disk: {reason}"),
-            DownloadError::Credentials(reason) => write!(f, "{reason}"),
+            DownloadError::NotStarted(reason) => write!(f, "{reason}"),
             DownloadError::Cancelled => write!(f, "download cancelled"),
         }
     }

@@ -72,8 +72,30 @@ fn trash_entries(root: &Path) -> usize {
     std::fs::read_dir(root.join(".model-agent-trash")).map(|d| d.count()).unwrap_or(0)
 }
 
-fn stall(path: &str, after_bytes: u64, stall_ms: u64) -> Fault {
-    Fault::Stall { repo: REPO.into(), path: path.into(), after_bytes, stall_ms, count: 1 }
+/// The node label's value for ClusterBaseModel `name` on `n` ("" when there is none).
+fn status(n: &str, name: &str) -> String {
+    labels(n).get(&label_key(name)).cloned().unwrap_or_default()
+}
+
+/// A started download: the Hub, the models root, the model's directory and the agent.
+struct Downloading {
+    hub: FakeHub,
+    root: PathBuf,
+    dest: PathBuf,
+    agent: Agent,
+}
+
+/// Node `n`, an agent on a fresh root, and ClusterBaseModel `name` downloading `hf://REPO` into
+/// `<root>/<dest>`; the big file stalls once after `after_bytes` for `stall_ms`.
+fn start_stalled(n: &str, name: &str, dest: &str, (after_bytes, stall_ms): (u64, u64)) -> Downloading {
+    node(n);
+    let hub = hub();
+    hub.faults().add(Fault::Stall { repo: REPO.into(), path: BIG.into(), after_bytes, stall_ms, count: 1 });
+    let root = scratch(&format!("{n}-root"));
+    let dest = root.join(dest);
+    let agent = agent(&hub, n, &root);
+    apply(&hf_model(name, n, &format!("hf://{REPO}"), &dest, ""));
+    Downloading { hub, root, dest, agent }
 }
 
 #[test]
@@ -81,23 +103,15 @@ fn stall(path: &str, after_bytes: u64, stall_ms: u64) -> Fault {
 fn t14_hf_download_reports_progress_then_ready_and_a_delete_trashes_it() {
     super::setup();
     let (n, name) = ("e2e-hf", "e2e-hf-m");
-    node(n);
-    let hub = hub();
     // The big file stalls for 3 s once: long enough to see the download's progress.
-    hub.faults().add(stall(BIG, 1 << 20, 3_000));
-    let root = scratch("hf-root");
-    let dest = root.join("org/e2e");
-    let agent = agent(&hub, n, &root);
-    apply(&hf_model(name, n, &format!("hf://{REPO}"), &dest, ""));
+    let Downloading { hub, root, dest, agent } = start_stalled(n, name, "org/e2e", (1 << 20, 3_000));
     wait_until("progress in the entry while the label is Updating", Duration::from_secs(30), || {
         let e = entry(n, name);
         e["status"] == "Updating"
             && e["progress"]["totalBytes"].as_u64() == Some(repo_bytes(&hub, REPO))
-            && labels(n).get(&label_key(name)).is_some_and(|v| v == "Updating")
+            && status(n, name) == "Updating"
     });
-    wait_until("label Ready", Duration::from_secs(60), || {
-        labels(n).get(&label_key(name)).is_some_and(|v| v == "Ready")
-    });
+    wait_until("label Ready", Duration::from_secs(60), || status(n, name) == "Ready");
     let e = entry(n, name);
     assert_eq!(e["status"], "Ready");
     assert!(e.get("progress").is_none(), "progress is cleared on Ready: {e}");
@@ -135,15 +149,14 @@ fn t15_hf_token_from_a_secret_and_a_gated_repo_without_one_fails_with_the_reason
     apply(&hf_model("e2e-hf-private", n, "hf://org/private", &root.join("private"), with_secret));
     apply(&hf_model("e2e-hf-gated", n, "hf://org/gated", &root.join("gated"), ""));
     apply(&hf_model("e2e-hf-nosecret", n, "hf://org/private", &root.join("nosecret"), ", key: e2e-hf-missing"));
-    let status = |name: &str| labels(n).get(&label_key(name)).cloned().unwrap_or_default();
     wait_until("the private repo Ready with the Secret's token", Duration::from_secs(60), || {
-        status("e2e-hf-private") == "Ready"
+        status(n, "e2e-hf-private") == "Ready"
     });
     assert_files_match(&hub, "org/private", &root.join("private"));
-    wait_until("the gated repo Failed", Duration::from_secs(60), || status("e2e-hf-gated") == "Failed");
+    wait_until("the gated repo Failed", Duration::from_secs(60), || status(n, "e2e-hf-gated") == "Failed");
     let reason = entry(n, "e2e-hf-gated")["reason"].as_str().unwrap_or_default().to_string();
     assert!(reason.contains("gated"), "{reason}");
-    wait_until("a missing Secret Failed", Duration::from_secs(60), || status("e2e-hf-nosecret") == "Failed");
+    wait_until("a missing Secret Failed", Duration::from_secs(60), || status(n, "e2e-hf-nosecret") == "Failed");
     let reason = entry(n, "e2e-hf-nosecret")["reason"].as_str().unwrap_or_default().to_string();
     assert!(reason.contains("Secret ome/e2e-hf-missing") && reason.contains("not found"), "{reason}");
     // The token went to the Hub only, and it is in no trace the agent wrote.
@@ -159,15 +172,9 @@ fn t15_hf_token_from_a_secret_and_a_gated_repo_without_one_fails_with_the_reason
 fn t16_a_delete_during_a_download_cancels_it_and_trashes_the_directory() {
     super::setup();
     let (n, name) = ("e2e-hf-cancel", "e2e-hf-cancel-m");
-    node(n);
-    let hub = hub();
-    hub.faults().add(stall(BIG, 1 << 20, 120_000));
-    let root = scratch("hf-cancel-root");
-    let dest = root.join("cancel");
-    let agent = agent(&hub, n, &root);
-    apply(&hf_model(name, n, &format!("hf://{REPO}"), &dest, ""));
+    let Downloading { hub, root, dest, agent } = start_stalled(n, name, "cancel", (1 << 20, 120_000));
     wait_until("the big file half fetched", Duration::from_secs(30), || hub.bytes_served(REPO, BIG) >= 1 << 20);
-    assert_eq!(labels(n).get(&label_key(name)).map(String::as_str), Some("Updating"));
+    assert_eq!(status(n, name), "Updating");
     kubectl(&["delete", "clusterbasemodel", name]);
     // The Hub stalls for two minutes: only a cancel ends the download this soon.
     wait_until("label and entry removed", Duration::from_secs(20), || {
@@ -186,21 +193,13 @@ fn t16_a_delete_during_a_download_cancels_it_and_trashes_the_directory() {
 fn t17_a_killed_download_resumes_and_a_directory_ome_downloaded_is_adopted() {
     super::setup();
     let (n, name) = ("e2e-hf-resume", "e2e-hf-resume-m");
-    node(n);
-    let hub = hub();
-    hub.faults().add(stall(BIG, 3 << 20, 120_000));
-    let root = scratch("hf-resume-root");
-    let dest = root.join("resume");
-    let first = agent(&hub, n, &root);
-    apply(&hf_model(name, n, &format!("hf://{REPO}"), &dest, ""));
+    let Downloading { hub, root, dest, agent: first } = start_stalled(n, name, "resume", (3 << 20, 120_000));
     wait_until("3 MiB of the big file fetched", Duration::from_secs(30), || hub.bytes_served(REPO, BIG) >= 3 << 20);
     std::thread::sleep(Duration::from_millis(500));
     drop(first); // SIGKILL mid-download
     hub.faults().clear();
     let second = agent(&hub, n, &root);
-    wait_until("label Ready after the restart", Duration::from_secs(60), || {
-        labels(n).get(&label_key(name)).is_some_and(|v| v == "Ready")
-    });
+    wait_until("label Ready after the restart", Duration::from_secs(60), || status(n, name) == "Ready");
     assert_files_match(&hub, REPO, &dest);
     let served: u64 = hub.bytes_served_all().iter().filter(|f| f.repo == REPO).map(|f| f.bytes).sum();
     let size = repo_bytes(&hub, REPO);
@@ -209,9 +208,7 @@ fn t17_a_killed_download_resumes_and_a_directory_ome_downloaded_is_adopted() {
     let ome_dir = adopt_fixture(&dest, &root.join("from-ome"));
     let before = hub.bytes_served(REPO, BIG);
     apply(&hf_model("e2e-hf-adopt", n, &format!("hf://{REPO}"), &ome_dir, ""));
-    wait_until("the adopted model Ready", Duration::from_secs(60), || {
-        labels(n).get(&label_key("e2e-hf-adopt")).is_some_and(|v| v == "Ready")
-    });
+    wait_until("the adopted model Ready", Duration::from_secs(60), || status(n, "e2e-hf-adopt") == "Ready");
     assert_eq!(hub.bytes_served(REPO, BIG), before, "no weights downloaded again");
     assert_files_match(&hub, REPO, &ome_dir);
     for m in [name, "e2e-hf-adopt"] {
