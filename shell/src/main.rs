@@ -56,7 +56,8 @@ USAGE: model-agent [FLAGS]     (env NODE_NAME is required)
   --node-label-retry N             accepted for OME compatibility (the core retries with backoff)
   --num-download-worker N          models fetched at once (5)
   --concurrency N                  files at once per downloading model (4)
-  --multipart-concurrency N        ranged parts at once per file of 200 MiB or more (4)
+  --multipart-concurrency N        ranged parts at once per file of --multipart-threshold or more (4)
+  --multipart-threshold BYTES      files this large or larger download in ranged parts (209715200)
   --download-progress-period-ms N  how often a download's progress goes into its entry (30000, OME's)
   --download-retry, --node-name    accepted for OME compatibility; --node-name is ignored (NODE_NAME)
 
@@ -87,6 +88,7 @@ struct Cli {
     /// Files at once per model, and ranged parts at once per big file.
     files_concurrency: usize,
     multipart_concurrency: usize,
+    multipart_threshold_bytes: u64,
     progress_period_ms: u64,
 }
 
@@ -104,6 +106,7 @@ fn parse_cli(args: Vec<String>) -> Result<Cli, String> {
         fetch_workers: 5,
         files_concurrency: 4,
         multipart_concurrency: 4,
+        multipart_threshold_bytes: 200 << 20,
         progress_period_ms: 30_000,
     };
     let mut it = args.into_iter();
@@ -141,6 +144,7 @@ fn parse_cli(args: Vec<String>) -> Result<Cli, String> {
             "--multipart-concurrency" => {
                 cli.multipart_concurrency = positive(&flag, &value()?)?.min(CONCURRENCY_MAX);
             }
+            "--multipart-threshold" => cli.multipart_threshold_bytes = positive(&flag, &value()?)? as u64,
             "--download-progress-period-ms" => {
                 cli.progress_period_ms = positive(&flag, &value()?)? as u64;
             }
@@ -270,6 +274,7 @@ fn download_options(cli: &Cli) -> download::Options {
         endpoint: download::endpoint(&env),
         files_concurrency: cli.files_concurrency,
         multipart_concurrency: cli.multipart_concurrency,
+        multipart_threshold_bytes: cli.multipart_threshold_bytes,
         progress_period_ms: cli.progress_period_ms,
         ..download::Options::default()
     }

@@ -226,3 +226,47 @@ fn adopt_fixture(from: &Path, to: &Path) -> PathBuf {
     let _ = std::fs::remove_file(to.join(".model-agent-manifest.json"));
     to.to_path_buf()
 }
+
+/// `OLAH_MANIFEST`'s lines: sha256, size and path of every file at the fixture's main.
+fn olah_manifest() -> Vec<(String, u64, String)> {
+    let text = std::fs::read_to_string(var("OLAH_MANIFEST")).expect("the olah fixture's manifest");
+    let line = |l: &str| {
+        let mut parts = l.splitn(3, ' ');
+        let (sha, size, path) = (parts.next()?, parts.next()?, parts.next()?);
+        Some((sha.to_string(), size.parse().ok()?, path.to_string()))
+    };
+    text.lines().map(|l| line(l).unwrap_or_else(|| panic!("manifest line {l:?}"))).collect()
+}
+
+#[test]
+#[ignore = "needs a real kube-apiserver and olah (a Hub the project did not write): run by scripts/e2e"]
+fn t18_hf_downloads_from_olah_a_hub_the_project_did_not_write() {
+    super::setup();
+    let n = "e2e-olah";
+    node(n);
+    let (endpoint, repo) = (var("OLAH_ENDPOINT"), var("OLAH_REPO"));
+    let root = scratch("olah-root");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_model-agent"));
+    command.env("HF_ENDPOINT", &endpoint).env_remove("HF_TOKEN");
+    // Files from 1 MiB on are asked for in ranged parts; olah ignores Range and answers 200 whole.
+    let _agent = Agent::launch(command, &var("AGENT_KUBECONFIG"), n, &root, &["--multipart-threshold", "1048576"]);
+    apply(&hf_model("e2e-olah-main", n, &format!("hf://{repo}"), &root.join("main"), ""));
+    let tag = var("OLAH_TAG");
+    apply(&hf_model("e2e-olah-tag", n, &format!("hf://{repo}@{tag}"), &root.join("tag"), ""));
+    for name in ["e2e-olah-main", "e2e-olah-tag"] {
+        wait_until(&format!("{name} Ready"), Duration::from_secs(90), || status(n, name) == "Ready");
+    }
+    assert_eq!(entry(n, "e2e-olah-main")["config"]["artifact"]["sha"], var("OLAH_COMMIT"));
+    for (sha, size, path) in olah_manifest() {
+        let bytes = std::fs::read(root.join("main").join(&path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!((bytes.len() as u64, sha256_hex(&bytes)), (size, sha), "{path}");
+    }
+    // The tag is resolved to its own commit, and every file comes from it.
+    assert_eq!(entry(n, "e2e-olah-tag")["config"]["artifact"]["sha"], var("OLAH_TAG_COMMIT"));
+    let config = std::fs::read_to_string(root.join("tag/config.json")).unwrap();
+    assert!(config.contains("\"version\": 1"), "config.json of the tag: {config}");
+    assert!(!root.join("tag/weights").exists(), "a file of main in the tag's directory");
+    for name in ["e2e-olah-main", "e2e-olah-tag"] {
+        kubectl(&["delete", "clusterbasemodel", name]);
+    }
+}
