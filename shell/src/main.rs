@@ -38,7 +38,8 @@ USAGE: model-agent [FLAGS]     (env NODE_NAME is required)
                                print the metadata `config` the agent would publish for DIR
                                and the spec fields it would fill, as JSON
        model-agent download --models-root-dir ROOT --dest REL [--uid U] [--concurrency N]
-                            [--multipart-concurrency N] [--multipart-threshold BYTES] hf://org/repo[@rev]
+                            [--multipart-concurrency N] [--multipart-threshold BYTES]
+                            [--ca-bundle FILE] hf://org/repo[@rev]
                                download one model into ROOT/REL (endpoint from HF_ENDPOINT, else
                                ENDPOINT; token from HF_TOKEN); progress on stderr, a JSON line
                                {commit, files, bytes_total, bytes_fetched, seconds} on stdout
@@ -59,10 +60,13 @@ USAGE: model-agent [FLAGS]     (env NODE_NAME is required)
   --multipart-concurrency N        ranged parts at once per file of --multipart-threshold or more (4)
   --multipart-threshold BYTES      files this large or larger download in ranged parts (209715200)
   --download-progress-period-ms N  how often a download's progress goes into its entry (30000, OME's)
+  --ca-bundle FILE                 PEM certificates trusted for downloads beside the system's roots
   --download-retry, --node-name    accepted for OME compatibility; --node-name is ignored (NODE_NAME)
 
 ENV: NODE_NAME (required); HF_ENDPOINT, else ENDPOINT (https://huggingface.co); HF_TOKEN (the
-     last resort for a Hub token, after the model's Secret and parameters.token)";
+     last resort for a Hub token, after the model's Secret and parameters.token); downloads go
+     through HTTPS_PROXY, HTTP_PROXY, ALL_PROXY except NO_PROXY (as curl reads them), and trust
+     SSL_CERT_FILE or SSL_CERT_DIR instead of the system's roots when set";
 
 /// `--concurrency` and `--multipart-concurrency` at most (open connections per model).
 const CONCURRENCY_MAX: usize = 64;
@@ -90,6 +94,7 @@ struct Cli {
     multipart_concurrency: usize,
     multipart_threshold_bytes: u64,
     progress_period_ms: u64,
+    ca_bundle: Option<PathBuf>,
 }
 
 fn parse_cli(args: Vec<String>) -> Result<Cli, String> {
@@ -108,6 +113,7 @@ fn parse_cli(args: Vec<String>) -> Result<Cli, String> {
         multipart_concurrency: 4,
         multipart_threshold_bytes: 200 << 20,
         progress_period_ms: 30_000,
+        ca_bundle: None,
     };
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
@@ -148,6 +154,7 @@ fn parse_cli(args: Vec<String>) -> Result<Cli, String> {
             "--download-progress-period-ms" => {
                 cli.progress_period_ms = positive(&flag, &value()?)? as u64;
             }
+            "--ca-bundle" => cli.ca_bundle = Some(PathBuf::from(value()?)),
             "--node-label-retry" | "--download-retry" | "--node-name" => {
                 value()?;
             }
@@ -234,6 +241,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // A CA bundle that cannot be used fails the start, not every download later.
+    if let Some(Err(e)) = cli.ca_bundle.as_deref().map(hf::read_ca_bundle) {
+        eprintln!("model-agent: --ca-bundle: {e}");
+        return ExitCode::from(2);
+    }
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     if cli.log_json {
@@ -254,7 +266,9 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("the download runtime");
-    let downloads = downloads::Downloads::new(download_runtime.handle().clone(), download_options(&cli));
+    let options = download_options(&cli);
+    info!(network = ?options.network, "downloads go through");
+    let downloads = downloads::Downloads::new(download_runtime.handle().clone(), options);
     let result = runtime.block_on(run(cli, node_name, downloads));
     // Cancelled downloads have stopped by now; what is stuck in the kernel is left behind.
     download_runtime.shutdown_timeout(Duration::from_secs(2));
@@ -276,6 +290,7 @@ fn download_options(cli: &Cli) -> download::Options {
         multipart_concurrency: cli.multipart_concurrency,
         multipart_threshold_bytes: cli.multipart_threshold_bytes,
         progress_period_ms: cli.progress_period_ms,
+        network: hf::Network::from_env(&env, cli.ca_bundle.clone()),
         ..download::Options::default()
     }
 }
@@ -426,6 +441,16 @@ mod tests {
         );
         assert_eq!(c.write_check, WriteCheck::Never);
         assert_eq!(c.record_trace, Some(PathBuf::from("/tmp/t")));
+    }
+
+    #[test]
+    fn download_flags_reach_the_engine() {
+        let c = parse_cli(args("--multipart-threshold 1048576 --concurrency 999 --ca-bundle /etc/ca.pem")).unwrap();
+        let opts = download_options(&c);
+        assert_eq!((opts.multipart_threshold_bytes, opts.files_concurrency), (1 << 20, CONCURRENCY_MAX));
+        assert_eq!(opts.network.ca_bundle, Some(PathBuf::from("/etc/ca.pem")));
+        assert_eq!(download_options(&parse_cli(vec![]).unwrap()).multipart_threshold_bytes, 200 << 20);
+        assert!(parse_cli(args("--multipart-threshold 0")).unwrap_err().contains("positive"));
     }
 
     #[test]

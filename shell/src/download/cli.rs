@@ -19,11 +19,13 @@ struct Args {
 }
 
 /// `download --models-root-dir ROOT --dest REL [--uid U] [--concurrency N] [--multipart-concurrency N]
-/// [--multipart-threshold BYTES] hf://org/repo[@rev]`; the endpoint and token from the environment.
+/// [--multipart-threshold BYTES] [--ca-bundle FILE] hf://org/repo[@rev]`; the endpoint, token and
+/// proxies from the environment.
 fn parse(args: Vec<String>, env: &dyn Fn(&str) -> Option<String>) -> Result<Args, String> {
     let (mut root, mut dest, mut uid, mut uri) = (None, None, "model-agent-cli".to_owned(), None);
     let endpoint = super::endpoint(env);
-    let mut opts = Options { endpoint, progress_period_ms: CLI_PROGRESS_PERIOD_MS, ..Options::default() };
+    let network = crate::hf::Network::from_env(env, None);
+    let mut opts = Options { endpoint, network, progress_period_ms: CLI_PROGRESS_PERIOD_MS, ..Options::default() };
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
         let (flag, inline) = match arg.split_once('=') {
@@ -39,6 +41,7 @@ fn parse(args: Vec<String>, env: &dyn Fn(&str) -> Option<String>) -> Result<Args
             "--concurrency" => opts.files_concurrency = number(value()?)?.max(1) as usize,
             "--multipart-concurrency" => opts.multipart_concurrency = number(value()?)?.max(1) as usize,
             "--multipart-threshold" => opts.multipart_threshold_bytes = number(value()?)?,
+            "--ca-bundle" => opts.network.ca_bundle = Some(PathBuf::from(value()?)),
             other if other.starts_with("--") => return Err(format!("download: unknown flag {other:?}")),
             _ if uri.is_none() => uri = Some(arg),
             _ => return Err("download takes one hf:// URI".into()),

@@ -24,6 +24,8 @@ mod progress;
 mod retry;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_network;
 mod transfer;
 
 use std::fmt;
@@ -34,7 +36,7 @@ use tokio::sync::watch;
 
 pub use cli::run_download_command;
 
-use crate::hf::HfError;
+use crate::hf::{self, HfError};
 use progress::{Reporter, Tally};
 
 /// The Hub endpoint: `HF_ENDPOINT`, else OME's `ENDPOINT`, else the Hub itself.
@@ -60,6 +62,8 @@ pub struct Options {
     pub progress_period_ms: u64,
     /// Tries per request for 408, 429, 5xx, network errors, stalls and cuts (progress resets the count).
     pub request_attempts_max: u32,
+    /// Proxies and extra trusted CAs.
+    pub network: hf::Network,
 }
 
 impl Default for Options {
@@ -73,6 +77,7 @@ impl Default for Options {
             stall_timeout_ms: 60_000,
             progress_period_ms: 30_000,
             request_attempts_max: 5,
+            network: hf::Network::default(),
         }
     }
 }

@@ -26,7 +26,13 @@ pub(super) async fn run(
     marked: &mut bool,
     mut cancel: watch::Receiver<bool>,
 ) -> Result<Finished, DownloadError> {
-    let source = HfSource::new(&opts.endpoint, job.token.clone(), opts.connect_timeout_ms, opts.stall_timeout_ms)?;
+    let source = HfSource::new(
+        &opts.endpoint,
+        job.token.clone(),
+        opts.connect_timeout_ms,
+        opts.stall_timeout_ms,
+        &opts.network,
+    )?;
     hf::check_repo_id(&job.repo_id)?;
     let existing = disk::open_dest(&job.root, &job.dest_rel, false)?;
     let stored = match &existing {

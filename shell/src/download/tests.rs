@@ -18,7 +18,7 @@ pub(super) fn free_bytes_seam(root: &str) -> Option<u64> {
     FREE_BYTES.lock().unwrap().iter().find(|(r, _)| r == root).map(|(_, free)| *free)
 }
 
-const REPO: &str = "org/model";
+pub(super) const REPO: &str = "org/model";
 const LFS: &str = "model.safetensors";
 const LFS_BYTES: u64 = 1 << 20;
 const BIG: &str = "big/weights.bin";
@@ -36,27 +36,31 @@ fn commit_files(variant: &str) -> CommitFixture {
     commit
 }
 
-fn hub() -> FakeHub {
+pub(super) fn hub() -> FakeHub {
+    hub_with(Config { tree_page_size: 4, ..Config::default() })
+}
+
+pub(super) fn hub_with(config: Config) -> FakeHub {
     let repo = RepoFixture::new(REPO)
         .commit("c1", commit_files("one"))
         .commit("c2", commit_files("two"))
         .branch("main", "c2")
         .branch("old", "c1");
-    FakeHub::start_with(Fixtures::new().repo(repo), Config { tree_page_size: 4, ..Config::default() }).unwrap()
+    FakeHub::start_with(Fixtures::new().repo(repo), config).unwrap()
 }
 
 /// A models root of its own, removed at the end.
-struct Root(PathBuf);
+pub(super) struct Root(pub(super) PathBuf);
 
 impl Root {
-    fn new(name: &str) -> Root {
+    pub(super) fn new(name: &str) -> Root {
         let dir = std::env::temp_dir().join(format!("download-test-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         Root(dir)
     }
 
-    fn dest(&self) -> PathBuf {
+    pub(super) fn dest(&self) -> PathBuf {
         self.0.join("models/m")
     }
 }
@@ -67,7 +71,7 @@ impl Drop for Root {
     }
 }
 
-fn opts(hub: &FakeHub) -> Options {
+pub(super) fn opts(hub: &FakeHub) -> Options {
     Options {
         endpoint: hub.endpoint().to_owned(),
         files_concurrency: 3,
@@ -77,10 +81,11 @@ fn opts(hub: &FakeHub) -> Options {
         stall_timeout_ms: 5_000,
         progress_period_ms: 50,
         request_attempts_max: 3,
+        network: Default::default(),
     }
 }
 
-fn job(root: &Root, revision: &str) -> Job {
+pub(super) fn job(root: &Root, revision: &str) -> Job {
     Job {
         root: root.0.clone(),
         dest_rel: "models/m".into(),
@@ -93,20 +98,20 @@ fn job(root: &Root, revision: &str) -> Job {
 }
 
 /// Runs a download to its end (never cancelled); returns how it ended and every progress report.
-async fn run(job: Job, opts: &Options) -> (Ended, Vec<Progress>) {
+pub(super) async fn run(job: Job, opts: &Options) -> (Ended, Vec<Progress>) {
     let (_keep, cancel) = watch::channel(false);
     let mut reports = Vec::new();
     let ended = download(job, opts, &mut |p| reports.push(p), cancel).await;
     (ended, reports)
 }
 
-fn finished(ended: Ended) -> Finished {
+pub(super) fn finished(ended: Ended) -> Finished {
     assert!(ended.marked, "a finished download is marked");
     ended.result.unwrap_or_else(|e| panic!("download failed: {e}"))
 }
 
 /// Every file of `commit` is in `dest` with the Hub's bytes.
-fn assert_all_files(hub: &FakeHub, dest: &Path, commit: &str) {
+pub(super) fn assert_all_files(hub: &FakeHub, dest: &Path, commit: &str) {
     for path in hub.paths(REPO, commit).unwrap() {
         let expected = hub.file(REPO, commit, &path).unwrap().content.to_vec().unwrap();
         let got = std::fs::read(dest.join(&path)).unwrap_or_else(|e| panic!("{path}: {e}"));

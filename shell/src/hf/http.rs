@@ -3,16 +3,20 @@
 
 use std::time::Duration;
 
-use http::header::{AUTHORIZATION, LOCATION, RANGE, USER_AGENT};
+use std::sync::Arc;
+
+use http::header::{AUTHORIZATION, LOCATION, PROXY_AUTHORIZATION, RANGE, USER_AGENT};
 use http::{Request, Response, Uri};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::{Bytes, Incoming};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::proxy::matcher::Matcher;
 use hyper_util::rt::TokioExecutor;
 
 use super::HfError;
+use super::network::{Network, ProxyConnector, proxy_authorization};
 
 /// Redirects followed per request (the Hub uses one, to its CDN; a renamed repo adds one).
 const REDIRECTS_MAX: usize = 5;
@@ -24,7 +28,8 @@ const USER_AGENT_VALUE: &str = concat!("model-agent/", env!("CARGO_PKG_VERSION")
 /// A shared client (cheap to clone; one connection pool).
 #[derive(Clone)]
 pub(super) struct HttpClient {
-    client: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
+    client: Client<HttpsConnector<ProxyConnector>, Empty<Bytes>>,
+    proxies: Arc<Matcher>,
 }
 
 /// Scheme, lowercase host and port (default ports filled in): the unit credentials are scoped to.
@@ -85,17 +90,22 @@ pub(super) enum BodyEvent {
 }
 
 impl HttpClient {
-    pub fn new(connect_timeout_ms: u64) -> HttpClient {
+    /// A client that goes through `network`'s proxies and trusts its roots; a CA bundle that
+    /// cannot be read is the error.
+    pub fn new(connect_timeout_ms: u64, network: &Network) -> Result<HttpClient, String> {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_connect_timeout(Some(Duration::from_millis(connect_timeout_ms)));
         http.set_nodelay(true);
-        let https = tls_builder().https_or_http().enable_http1().wrap_connector(http);
+        let proxies = Arc::new(network.matcher());
+        let connector = ProxyConnector::new(http, proxies.clone());
+        let tls = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(network.tls_config()?);
+        let https = tls.https_or_http().enable_http1().wrap_connector(connector);
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(IDLE_CONNECTIONS_PER_HOST_MAX)
             .pool_idle_timeout(Duration::from_millis(IDLE_CONNECTION_TIMEOUT_MS))
             .build(https);
-        HttpClient { client }
+        Ok(HttpClient { client, proxies })
     }
 
     /// GET `url` (bytes `range` when given), following redirects; the token is attached only
@@ -117,6 +127,9 @@ impl HttpClient {
             }
             if let Some(range) = range {
                 request = request.header(RANGE, range.header_value());
+            }
+            if let Some(proxy_auth) = proxy_authorization(&self.proxies, &url) {
+                request = request.header(PROXY_AUTHORIZATION, proxy_auth);
             }
             let request = request.body(Empty::new()).map_err(|e| HfError::Protocol { reason: e.to_string() })?;
             let answer = tokio::time::timeout(Duration::from_millis(stall_timeout_ms), self.client.request(request));
@@ -140,21 +153,6 @@ impl HttpClient {
         }
         Err(HfError::Protocol { reason: format!("more than {REDIRECTS_MAX} redirects") })
     }
-}
-
-/// Native roots when the system has them; none otherwise (plain http still works, https then fails with
-/// an unknown-issuer error naming the host). A custom CA bundle comes with the wiring.
-fn tls_builder() -> hyper_rustls::HttpsConnectorBuilder<hyper_rustls::builderstates::WantsSchemes> {
-    if let Ok(builder) = hyper_rustls::HttpsConnectorBuilder::new().with_native_roots() {
-        return builder;
-    }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default protocol versions")
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_no_client_auth();
-    hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config)
 }
 
 /// A URL without its query (signed CDN URLs carry signatures there).

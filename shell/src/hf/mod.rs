@@ -7,6 +7,7 @@ mod fetch;
 mod hashing;
 mod http;
 mod listing;
+mod network;
 #[cfg(test)]
 mod olah_tests;
 mod paths;
@@ -22,6 +23,7 @@ pub use fetch::{Meter, fetch_file};
 pub use hashing::FileHash;
 pub use hashing::file_matches;
 pub use listing::RemoteFile;
+pub use network::{Network, read_ca_bundle};
 pub use paths::{check_repo_id, is_commit_sha};
 pub use ranged::{RangeAnswer, fetch_range};
 
@@ -50,6 +52,7 @@ impl HfSource {
         token: Option<String>,
         connect_timeout_ms: u64,
         api_stall_timeout_ms: u64,
+        network: &Network,
     ) -> Result<HfSource, HfError> {
         let endpoint = endpoint.trim_end_matches('/').to_owned();
         let bad = |reason: &str| HfError::BadEndpoint { endpoint: endpoint.clone(), reason: reason.to_owned() };
@@ -59,7 +62,8 @@ impl HfSource {
         }
         let origin = http::Origin::of(&uri).ok_or_else(|| bad("must be http:// or https:// with a host"))?;
         let token = token.filter(|t| !t.is_empty());
-        let client = http::HttpClient::new(connect_timeout_ms);
+        let client =
+            http::HttpClient::new(connect_timeout_ms, network).map_err(|reason| HfError::Network { reason })?;
         Ok(HfSource { endpoint, token, origin, client, api_stall_timeout_ms })
     }
 

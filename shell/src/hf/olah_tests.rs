@@ -72,7 +72,8 @@ impl Drop for Scratch {
 #[ignore = "needs olah; scripts/olah-check runs it"]
 async fn olah_offline_serves_a_repo_the_client_fetches_whole_and_verified() {
     let (repo, commit) = (env("OLAH_REPO"), env("OLAH_COMMIT"));
-    let source = HfSource::new(&env("OLAH_ENDPOINT"), None, CONNECT_TIMEOUT_MS, STALL_TIMEOUT_MS).unwrap();
+    let source =
+        HfSource::new(&env("OLAH_ENDPOINT"), None, CONNECT_TIMEOUT_MS, STALL_TIMEOUT_MS, &Default::default()).unwrap();
 
     assert_eq!(source.resolve(&repo, &env("OLAH_REVISION")).await.unwrap(), commit);
     assert_eq!(source.resolve(&repo, &env("OLAH_TAG")).await.unwrap(), env("OLAH_TAG_COMMIT"));

@@ -40,7 +40,8 @@ fn public_hub() -> FakeHub {
 }
 
 fn source(hub: &FakeHub, token: Option<&str>) -> HfSource {
-    HfSource::new(hub.endpoint(), token.map(str::to_owned), CONNECT_TIMEOUT_MS, STALL_TIMEOUT_MS).unwrap()
+    HfSource::new(hub.endpoint(), token.map(str::to_owned), CONNECT_TIMEOUT_MS, STALL_TIMEOUT_MS, &Default::default())
+        .unwrap()
 }
 
 struct Scratch(PathBuf);
@@ -281,10 +282,10 @@ async fn a_complete_partial_is_verified_without_a_request() {
 
 #[test]
 fn debug_never_shows_the_token() {
-    let source = HfSource::new("https://huggingface.co/", Some("hf_secret".into()), 1, 1).unwrap();
+    let source = HfSource::new("https://huggingface.co/", Some("hf_secret".into()), 1, 1, &Default::default()).unwrap();
     assert!(!format!("{source:?}").contains("hf_secret"));
     assert_eq!(source.endpoint(), "https://huggingface.co");
-    assert!(matches!(HfSource::new("ftp://x", None, 1, 1), Err(HfError::BadEndpoint { .. })));
+    assert!(matches!(HfSource::new("ftp://x", None, 1, 1, &Default::default()), Err(HfError::BadEndpoint { .. })));
 }
 
 #[tokio::test]
