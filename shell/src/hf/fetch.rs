@@ -13,6 +13,7 @@ use super::hashing::{StreamHasher, hash_prefix};
 use super::http::{BodyEvent, ByteRange, next_body_event};
 use super::listing::RemoteFile;
 use super::paths::{check_repo_id, check_repo_path, is_commit_sha};
+use super::writeback::Writeback;
 use super::{HfError, HfSource, encode_path};
 
 /// In-call resumes after a cut connection that made progress; anything beyond goes back to the caller.
@@ -158,6 +159,7 @@ struct Partial<'a> {
     len_bytes: u64,
     hasher: StreamHasher,
     meter: &'a Meter,
+    writeback: Writeback,
 }
 
 impl<'a> Partial<'a> {
@@ -176,7 +178,7 @@ impl<'a> Partial<'a> {
         let hasher = hashed.map_err(|e| io_error(std::io::Error::other(e)))?.map_err(io_error)?;
         handle.seek(SeekFrom::Start(len_bytes)).map_err(io_error)?;
         meter.have_bytes.store(len_bytes, Ordering::Relaxed);
-        Ok(Partial { file, handle, len_bytes, hasher, meter })
+        Ok(Partial { file, handle, len_bytes, hasher, meter, writeback: Writeback::from(len_bytes) })
     }
 
     fn io_error(&self, error: std::io::Error) -> HfError {
@@ -187,6 +189,7 @@ impl<'a> Partial<'a> {
         self.handle.write_all(data).map_err(|e| self.io_error(e))?;
         self.hasher.update(data);
         self.len_bytes += data.len() as u64;
+        self.writeback.wrote(&self.handle, self.len_bytes);
         self.meter.fetched_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
         self.meter.have_bytes.store(self.len_bytes, Ordering::Relaxed);
         Ok(())
@@ -197,6 +200,7 @@ impl<'a> Partial<'a> {
         self.handle.set_len(0).map_err(|e| self.io_error(e))?;
         self.handle.seek(SeekFrom::Start(0)).map_err(|e| self.io_error(e))?;
         self.len_bytes = 0;
+        self.writeback = Writeback::from(0);
         self.meter.have_bytes.store(0, Ordering::Relaxed);
         self.hasher = StreamHasher::new(&self.file.hash, self.file.size_bytes);
         Ok(())

@@ -14,6 +14,7 @@ mod paths;
 mod ranged;
 #[cfg(test)]
 mod tests;
+mod writeback;
 
 use std::fmt;
 

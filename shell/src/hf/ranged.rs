@@ -13,6 +13,7 @@ use super::error::{RequestContext, classify_status};
 use super::fetch::{Meter, resolve_url};
 use super::http::{BodyEvent, ByteRange, next_body_event};
 use super::listing::RemoteFile;
+use super::writeback::Writeback;
 use super::{HfError, HfSource};
 
 /// How a ranged request ended (failures are errors).
@@ -55,6 +56,7 @@ pub async fn fetch_range(
     }
     let mut body = response.into_body();
     let what = |at: u64| format!("{} at byte {at}", file.path);
+    let mut writeback = Writeback::from(start);
     loop {
         let at = done.load(Ordering::Relaxed);
         match next_body_event(&mut body, stall_timeout_ms).await {
@@ -65,6 +67,7 @@ pub async fn fetch_range(
                 let io_error = |e: std::io::Error| HfError::LocalIo { path: what(at), reason: e.to_string() };
                 partial.write_all_at(&data, at).map_err(io_error)?;
                 done.store(at + data.len() as u64, Ordering::Relaxed);
+                writeback.wrote(partial, at + data.len() as u64);
                 meter.fetched_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
                 meter.have_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
             }
