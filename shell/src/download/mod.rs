@@ -159,10 +159,8 @@ pub enum DownloadError {
 }
 
 /// Gated, unauthorised and not-found repos wait this long: a person has to act first.
-#[allow(dead_code, reason = "read by the agent's Op::Download once it is wired")]
 const RETRY_SLOWLY_MS: u64 = 300_000;
 
-#[allow(dead_code, reason = "the hints are read by the agent's Op::Download once it is wired")]
 impl DownloadError {
     /// One line a user can act on.
     pub fn reason(&self) -> String {
@@ -175,15 +173,6 @@ impl DownloadError {
             DownloadError::Hub(error) if error.retry_slowly() => Some(RETRY_SLOWLY_MS),
             DownloadError::Hub(error) => error.retry_after_ms(),
             _ => None,
-        }
-    }
-
-    /// True when trying again soon would fail the same way until a person acts.
-    pub fn retry_slowly(&self) -> bool {
-        match self {
-            DownloadError::Hub(error) => error.retry_slowly(),
-            DownloadError::OwnedByOther { .. } | DownloadError::ReadOnly => true,
-            _ => false,
         }
     }
 }
@@ -222,7 +211,6 @@ impl From<HfError> for DownloadError {
 #[derive(Debug)]
 pub struct Ended {
     /// This uid's marker is in the destination: the directory is this uid's to trash.
-    #[allow(dead_code, reason = "read by the agent's Op::Download once it is wired")]
     pub marked: bool,
     pub result: Result<Finished, DownloadError>,
 }

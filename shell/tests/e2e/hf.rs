@@ -270,3 +270,68 @@ fn t18_hf_downloads_from_olah_a_hub_the_project_did_not_write() {
         kubectl(&["delete", "clusterbasemodel", name]);
     }
 }
+
+/// A tmpfs of `mib` MiB mounted on `dir`; unmounted on drop.
+struct SmallFilesystem(PathBuf);
+
+impl SmallFilesystem {
+    fn new(dir: &Path, mib: u64) -> SmallFilesystem {
+        let args = ["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs", dir.to_str().unwrap()];
+        assert!(Command::new("mount").args(args).status().unwrap().success(), "mount {args:?}");
+        SmallFilesystem(dir.to_path_buf())
+    }
+}
+
+impl Drop for SmallFilesystem {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// Writes `path` until the filesystem is full.
+fn fill(path: &Path) {
+    use std::io::Write as _;
+    let mut file = std::fs::File::create(path).unwrap();
+    let chunk = vec![0u8; 64 << 10];
+    while file.write_all(&chunk).is_ok() {}
+    // What did not fit in the last chunk, byte by byte.
+    while file.write_all(&[0]).is_ok() {}
+}
+
+#[test]
+#[ignore = "needs a real kube-apiserver and root (mount): run by scripts/e2e"]
+fn t19_a_disk_that_fills_mid_download_fails_it_and_it_resumes_once_there_is_room() {
+    super::setup();
+    let (n, name) = ("e2e-hf-full", "e2e-hf-full-m");
+    node(n);
+    let hub = hub();
+    hub.faults().add(Fault::Stall {
+        repo: REPO.into(),
+        path: BIG.into(),
+        after_bytes: 1 << 20,
+        stall_ms: 3_000,
+        count: 1,
+    });
+    let root = scratch(&format!("{n}-root"));
+    // Room for the repo (about 5 MiB) and the space check's margin, not for anything else as well.
+    let _tmpfs = SmallFilesystem::new(&root, 8);
+    let dest = root.join("model");
+    let agent = agent(&hub, n, &root);
+    apply(&hf_model(name, n, &format!("hf://{REPO}"), &dest, ""));
+    wait_until("the big file started", Duration::from_secs(30), || hub.bytes_served(REPO, BIG) >= 1 << 20);
+    // Another writer takes the rest of the disk while the download waits for the Hub.
+    let filler = root.join("filler");
+    fill(&filler);
+    wait_until("label Failed", Duration::from_secs(30), || status(n, name) == "Failed");
+    let reason = entry(n, name)["reason"].as_str().unwrap_or_default().to_string();
+    assert!(reason.contains("No space left on device"), "{reason}");
+    let fetched_before = hub.bytes_served(REPO, BIG);
+    std::fs::remove_file(&filler).unwrap();
+    wait_until("label Ready once there is room", Duration::from_secs(90), || status(n, name) == "Ready");
+    assert_files_match(&hub, REPO, &dest);
+    // The partial file was kept: the retry resumed it instead of starting from zero.
+    assert!(hub.bytes_served(REPO, BIG) < fetched_before + BIG_BYTES, "the big file was fetched again whole");
+    assert_eq!(agent.get("/healthz").0, 200, "a full disk is no readiness matter");
+    kubectl(&["delete", "clusterbasemodel", name]);
+    agent.stop();
+}
