@@ -199,9 +199,19 @@ pub struct ModelEntry {
     pub reason: Option<String>,
 }
 
+/// A model's metadata, as JSON, at most: a config.json with a huge string must neither grow the
+/// core nor push the node's ConfigMap past the API server's 1 MiB (which holds every model's
+/// entry). OME's own summaries are well under 2 KiB.
+pub const MODEL_CONFIG_BYTES_MAX: usize = 16 << 10;
+
+/// Whether `config` is small enough to keep and publish.
+pub fn model_config_fits(config: &ModelConfig) -> bool {
+    serde_json::to_vec(config).is_ok_and(|bytes| bytes.len() <= MODEL_CONFIG_BYTES_MAX)
+}
+
 /// OME's `ModelConfig`. Go's `omitempty` on every field but `artifact`, a struct, which Go
 /// always emits.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelConfig {
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -234,7 +244,7 @@ fn is_zero(v: &i32) -> bool {
 }
 
 /// OME's `Artifact`: no `omitempty`; a nil map or slice is `null`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Artifact {
     #[serde(default)]
@@ -271,13 +281,35 @@ impl ModelEntry {
     }
 
     /// The JSON string stored as the ConfigMap value.
+    /// Go's `encoding/json` bytes: it escapes `<`, `>`, `&`, U+2028 and U+2029 inside strings,
+    /// which serde_json writes as they are (an architecture or a reason may hold them).
     pub fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("ModelEntry always serialises")
+        go_escape(serde_json::to_string(self).expect("ModelEntry always serialises"))
     }
 
     pub fn from_json(s: &str) -> Result<ModelEntry, String> {
         serde_json::from_str(s).map_err(|e| format!("ConfigMap entry is not a ModelEntry: {e}"))
     }
+}
+
+/// Outside strings JSON holds none of these characters, so replacing them everywhere escapes
+/// exactly the strings' ones.
+fn go_escape(json: String) -> String {
+    if !json.contains(['<', '>', '&', '\u{2028}', '\u{2029}']) {
+        return json;
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        match c {
+            '<' => out.push_str("\\u003c"),
+            '>' => out.push_str("\\u003e"),
+            '&' => out.push_str("\\u0026"),
+            '\u{2028}' => out.push_str("\\u2028"),
+            '\u{2029}' => out.push_str("\\u2029"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// Who a ConfigMap entry says it belongs to. The agent writes its uid into every entry;
@@ -618,6 +650,14 @@ mod tests {
             ..ModelEntry::new("m", ModelStatus::Failed)
         };
         assert_eq!(e.to_json(), r#"{"name":"m","status":"Failed","uid":"u-1","reason":"models root is read-only"}"#);
+        assert_eq!(ModelEntry::from_json(&e.to_json()).unwrap(), e);
+    }
+
+    #[test]
+    fn entries_escape_html_characters_as_go_does() {
+        // Go: json.Marshal(ModelEntry{Name: "m", Status: "Failed"}) with this reason.
+        let e = ModelEntry { reason: Some("a<b>&c\u{2028}".into()), ..ModelEntry::new("m", ModelStatus::Failed) };
+        assert_eq!(e.to_json(), r#"{"name":"m","status":"Failed","reason":"a\u003cb\u003e\u0026c\u2028"}"#);
         assert_eq!(ModelEntry::from_json(&e.to_json()).unwrap(), e);
         // An entry written by upstream OME (no uid) still parses; garbage is a clear error.
         assert_eq!(ModelEntry::from_json(r#"{"name":"m","status":"Deleted"}"#).unwrap().status, ModelStatus::Deleted);

@@ -14,13 +14,15 @@ use kube::Client;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use model_agent_core::machine::{Effect, Input, Note, Op, Outcome, RootProbe};
+use model_agent_core::ModelKey;
+use model_agent_core::machine::{DownloadEnd, DownloadResult, Effect, Input, Note, Op, Outcome, RootProbe};
+use model_agent_core::wire::ModelConfig;
 use model_agent_core::{Instant, State, trace};
 
 use crate::downloads::{self, Downloads};
 use crate::kubeio::{self, Write};
 use crate::metrics::{CoreGauges, Metrics};
-use crate::{fsgate, fsops, http};
+use crate::{fsgate, fsops, http, modelfiles};
 
 /// Inputs from the watchers queued for the core at most; a watcher waits when it is full, which
 /// holds back its stream from the API server. Nothing else waits on the loop.
@@ -262,18 +264,26 @@ fn dispatch(ctx: &Ctx, Effect { id, op }: Effect) {
             let _permit = c.reads.acquire().await;
             Some(Input::LiveList { id, result: kubeio::live_list(&c.client, kind, c.spec_bytes_max).await })
         }),
-        Op::VerifyLocal { key, path, .. } => spawn(ctx, async move |c: Ctx| {
+        Op::VerifyLocal { key, path, parse_metadata, .. } => spawn(ctx, async move |c: Ctx| {
             let _permit = c.fetches.acquire().await;
             let p = PathBuf::from(&path);
             let what = format!("verifying {path}");
             let result =
                 c.fs.call(&what, fsgate::VERIFY_DEADLINE, move || fsops::verify_local(&p)).await.and_then(|r| r);
             c.metrics.model_outcome(&key, result.is_ok());
-            Some(Input::EffectDone { id, outcome: outcome(result) })
+            let outcome = match result {
+                Ok(()) if parse_metadata => {
+                    let metadata = model_metadata(&c, &key, &path).await;
+                    let result = DownloadResult::Done { commit: String::new(), metadata };
+                    Outcome::Downloaded(DownloadEnd { marked: false, result })
+                }
+                result => outcome(result),
+            };
+            Some(Input::EffectDone { id, outcome })
         }),
-        Op::Download { key, uid, storage_uri, dest } => {
+        Op::Download { key, uid, storage_uri, dest, parse_metadata } => {
             let cancel = ctx.downloads.register(id);
-            let request = downloads::Request { id, key, uid, storage_uri, dest };
+            let request = downloads::Request { id, key, uid, storage_uri, dest, parse_metadata };
             spawn(ctx, async move |c: Ctx| downloads::execute(c, request, cancel).await)
         }
         Op::CancelDownload { download } => ctx.downloads.cancel(download),
@@ -360,6 +370,20 @@ struct ClearOnDrop(Arc<AtomicBool>);
 impl Drop for ClearOnDrop {
     fn drop(&mut self) {
         self.0.store(false, Ordering::SeqCst);
+    }
+}
+
+/// What the config files in `dir` say, for the model's Ready entry; none (logged) when they say
+/// nothing usable, which never fails the model.
+pub async fn model_metadata(c: &Ctx, key: &ModelKey, dir: &str) -> Option<Box<ModelConfig>> {
+    let (what, path) = (format!("reading the metadata of {dir}"), PathBuf::from(dir));
+    let result = c.fs.call(&what, fsgate::PARSE_DEADLINE, move || modelfiles::model_config(&path)).await;
+    match result.and_then(|r| r) {
+        Ok(config) => Some(Box::new(config)),
+        Err(reason) => {
+            info!(model = %key, dir, reason = %reason, "Ready without metadata in its entry");
+            None
+        }
     }
 }
 

@@ -12,7 +12,7 @@ use tracing::{info, warn};
 use model_agent_core::dest_path::DestPath;
 use model_agent_core::machine::{DownloadEnd, DownloadResult, EffectId, Input, Outcome};
 use model_agent_core::storage_uri::StorageUri;
-use model_agent_core::wire::DownloadProgress;
+use model_agent_core::wire::{DownloadProgress, ModelConfig};
 use model_agent_core::{ModelKey, Uid};
 
 use crate::agent::Ctx;
@@ -67,6 +67,8 @@ pub struct Request {
     pub uid: Uid,
     pub storage_uri: String,
     pub dest: DestPath,
+    /// Read the downloaded config files for the Ready entry's metadata.
+    pub parse_metadata: bool,
 }
 
 /// Runs in the loop's task for the effect (counted in flight).
@@ -83,7 +85,11 @@ pub async fn execute(c: Ctx, request: Request, mut cancel: watch::Receiver<bool>
             let end = run(&c, &request, cancel).await;
             c.metrics.download_ended(&request.key, &end, started.elapsed());
             log_end(&request, &end);
-            core_end(end)
+            let metadata = match end.result.is_ok() && request.parse_metadata {
+                true => crate::agent::model_metadata(&c, &request.key, &request.dest.absolute).await,
+                false => None,
+            };
+            core_end(end, metadata)
         }
     };
     c.downloads.forget(id);
@@ -152,9 +158,9 @@ fn wire_progress(p: &Progress) -> DownloadProgress {
     }
 }
 
-fn core_end(end: Ended) -> DownloadEnd {
+fn core_end(end: Ended, metadata: Option<Box<ModelConfig>>) -> DownloadEnd {
     let result = match end.result {
-        Ok(finished) => DownloadResult::Done { commit: finished.commit },
+        Ok(finished) => DownloadResult::Done { commit: finished.commit, metadata },
         Err(DownloadError::Cancelled) => DownloadResult::Cancelled,
         Err(error) => DownloadResult::Failed { reason: error.reason(), retry_after_ms: error.retry_after_ms() },
     };

@@ -13,6 +13,8 @@ use std::time::Duration;
 pub const PROBE_DEADLINE: Duration = Duration::from_secs(5);
 /// Deadline of a `local://` verification; past it the effect fails and is retried with backoff.
 pub const VERIFY_DEADLINE: Duration = Duration::from_secs(10);
+/// Reading a model's config files for its metadata (the reader gives up at its own 10 s).
+pub const PARSE_DEADLINE: Duration = Duration::from_secs(15);
 /// Deadline of moving a directory to the trash, and of the snapshot's scan.
 pub const TRASH_DEADLINE: Duration = Duration::from_secs(30);
 /// Deadline of a purge: a tree of many files takes a while on a healthy disk.

@@ -864,3 +864,6 @@ mod non_root;
 
 #[path = "e2e/hf.rs"]
 mod hf;
+
+#[path = "e2e/metadata.rs"]
+mod metadata;

@@ -116,13 +116,15 @@ impl Upstream {
         let dest = dest_path(spec, &self.models_root).ok().flatten();
         let op = match (uri.provisioning(), dest) {
             (Provisioning::VerifyLocal, Some(d)) => {
-                Some(Op::VerifyLocal { key: obj.key.clone(), uid: obj.uid.clone(), path: d.absolute })
+                let (key, uid) = (obj.key.clone(), obj.uid.clone());
+                Some(Op::VerifyLocal { key, uid, path: d.absolute, parse_metadata: false })
             }
             (Provisioning::Download, Some(d)) => Some(Op::Download {
                 key: obj.key.clone(),
                 uid: obj.uid.clone(),
                 storage_uri: spec.storage_uri.clone(),
                 dest: d,
+                parse_metadata: false,
             }),
             _ => None,
         };

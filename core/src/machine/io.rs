@@ -8,7 +8,7 @@ use crate::dest_path::DestPath;
 use crate::model::{Kind, ModelKey, ModelObject, Uid};
 use crate::placement::NodeView;
 use crate::time::Instant;
-use crate::wire::{DownloadProgress, EntryOwner, ModelEntry, ModelStatus};
+use crate::wire::{DownloadProgress, EntryOwner, ModelConfig, ModelEntry, ModelStatus};
 
 /// `--models-root-write-check`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -145,7 +145,8 @@ pub enum NodeReadResult {
 pub enum Outcome {
     Done,
     Failed(String),
-    /// How an `Op::Download` ended (a plain `Done` or `Failed` is also accepted for one).
+    /// How an `Op::Download` or an `Op::VerifyLocal` ended (a plain `Done` or `Failed` is
+    /// also accepted for either).
     Downloaded(DownloadEnd),
 }
 
@@ -161,8 +162,14 @@ pub struct DownloadEnd {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum DownloadResult {
     /// Every file is in place and verified; `commit` is the revision it came from (the entry's
-    /// `config.artifact.sha`).
-    Done { commit: String },
+    /// `config.artifact.sha`; empty for a check). `metadata` is what the model's config files
+    /// say, for the Ready entry's `config` (at most `wire::MODEL_CONFIG_BYTES_MAX` as JSON; a
+    /// larger one is dropped).
+    Done {
+        commit: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        metadata: Option<Box<ModelConfig>>,
+    },
     /// The source may ask to wait at least `retry_after_ms` (a 429's `Retry-After`, a gated repo).
     Failed { reason: String, retry_after_ms: Option<u64> },
     /// Stopped because the core asked (`Op::CancelDownload`); its partial files are kept.
@@ -329,11 +336,27 @@ pub enum Op {
     /// Destructive. Remove this node's label for the model (only when `remove_label`: another
     /// incarnation may own it) and its ConfigMap entry, only if that entry belongs to `uid`.
     Unpublish { key: ModelKey, uid: Uid, label_key: String, remove_label: bool, cm_key: String },
-    /// Check that a `local://` directory exists and is readable. Never writes.
-    VerifyLocal { key: ModelKey, uid: Uid, path: String },
+    /// Check that a `local://` directory exists and is readable. Never writes. With
+    /// `parse_metadata`, the answer is `Outcome::Downloaded` (unmarked) carrying what the
+    /// directory's config files say; a plain `Done` means no metadata.
+    VerifyLocal {
+        key: ModelKey,
+        uid: Uid,
+        path: String,
+        #[serde(default)]
+        parse_metadata: bool,
+    },
     /// Download into `dest` and mark the directory as owned by `uid`; answered by
-    /// `Outcome::Downloaded`, with `Input::DownloadProgress` on the way.
-    Download { key: ModelKey, uid: Uid, storage_uri: String, dest: DestPath },
+    /// `Outcome::Downloaded`, with `Input::DownloadProgress` on the way. With `parse_metadata`,
+    /// its `Done` carries what the downloaded config files say.
+    Download {
+        key: ModelKey,
+        uid: Uid,
+        storage_uri: String,
+        dest: DestPath,
+        #[serde(default)]
+        parse_metadata: bool,
+    },
     /// Stop the download `download` (no outcome of its own: the download's outcome follows).
     CancelDownload { download: EffectId },
     /// Destructive. Move a directory the agent owns (its marker says `uid`) to

@@ -130,7 +130,7 @@ fn fetch_done(inc: &mut Incarnation, (config, prng): (&Config, &mut Prng), now: 
     };
     let (marked, result) = match outcome {
         // A plain outcome (the simulator's, or a trace's) for a download: marked when done.
-        Outcome::Done => (true, DownloadResult::Done { commit: String::new() }),
+        Outcome::Done => (true, DownloadResult::Done { commit: String::new(), metadata: None }),
         Outcome::Failed(reason) => (false, DownloadResult::Failed { reason, retry_after_ms: None }),
         Outcome::Downloaded(end) => (end.marked, end.result),
     };
@@ -138,10 +138,11 @@ fn fetch_done(inc: &mut Incarnation, (config, prng): (&Config, &mut Prng), now: 
         inc.owned_dir = dest;
     }
     match result {
-        DownloadResult::Done { commit } => {
+        DownloadResult::Done { commit, metadata } => {
             inc.failures = 0;
             let commit = Some(commit).filter(|c| !c.is_empty()).map(|c| Arc::from(c.as_str()));
-            inc.fetched = Fetched::Done { plan: Box::new(plan), commit };
+            let metadata = metadata.filter(|m| wire::model_config_fits(m)).map(|m| Arc::new(*m));
+            inc.fetched = Fetched::Done { plan: Box::new(plan), commit, metadata };
         }
         DownloadResult::Failed { reason, retry_after_ms } => {
             let delay = inc.failed_once(config, prng).max(retry_after_ms.unwrap_or(0));

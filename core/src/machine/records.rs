@@ -82,6 +82,9 @@ pub enum Fetched {
         /// The commit a download came from (`None` for a check, or an outcome without one).
         #[serde(default)]
         commit: Option<Arc<str>>,
+        /// What the model's config files say (at most `wire::MODEL_CONFIG_BYTES_MAX` as JSON).
+        #[serde(default)]
+        metadata: Option<Arc<crate::wire::ModelConfig>>,
     },
     Failed {
         plan: Box<Plan>,

@@ -278,7 +278,7 @@ fn publish_op(key: &ModelKey, inc: &Incarnation, status: ModelStatus, reason: Op
     let entry = ModelEntry {
         uid: Some(inc.uid().as_str().to_string()),
         reason: reason.as_deref().map(str::to_string),
-        config: if status == ModelStatus::Ready { artifact_config(key, inc) } else { None },
+        config: if status == ModelStatus::Ready { ready_config(key, inc) } else { None },
         ..ModelEntry::new(&key.name, status)
     };
     let op = Op::Publish {
@@ -292,17 +292,24 @@ fn publish_op(key: &ModelKey, inc: &Incarnation, status: ModelStatus, reason: Op
     Some((op, IncOp::Publish { status, reason }))
 }
 
-/// A downloaded model's entry names what it holds, in OME's shape: the commit, and this
-/// model's own key and directory as the parent (no children: one copy per model for now).
-fn artifact_config(key: &ModelKey, inc: &Incarnation) -> Option<ModelConfig> {
-    let Fetched::Done { plan, commit } = &inc.fetched else { return None };
-    let Plan::Download { dest, .. } = &**plan else { return None };
-    let artifact = Artifact {
-        sha: commit.as_deref().unwrap_or_default().to_string(),
-        parent_path: Some([(wire::configmap_key(key), dest.absolute.clone())].into()),
-        children_paths: Some(Vec::new()),
-    };
-    Some(ModelConfig { artifact, ..ModelConfig::default() })
+/// A Ready entry's `config`: what the model's files say, and for a download what it holds,
+/// in OME's shape: the commit, and this model's own key and directory as the parent (no
+/// children: one copy per model for now). A check without metadata publishes none; its
+/// artifact stays empty, as OME's is for `local://`.
+fn ready_config(key: &ModelKey, inc: &Incarnation) -> Option<ModelConfig> {
+    let Fetched::Done { plan, commit, metadata } = &inc.fetched else { return None };
+    let parsed = || metadata.as_deref().cloned().unwrap_or_default();
+    match &**plan {
+        Plan::Verify { .. } => metadata.as_deref().map(|m| ModelConfig { artifact: Artifact::default(), ..m.clone() }),
+        Plan::Download { dest, .. } => {
+            let artifact = Artifact {
+                sha: commit.as_deref().unwrap_or_default().to_string(),
+                parent_path: Some([(wire::configmap_key(key), dest.absolute.clone())].into()),
+                children_paths: Some(Vec::new()),
+            };
+            Some(ModelConfig { artifact, ..parsed() })
+        }
+    }
 }
 
 /// Leaving: first the label and entry, then the directory it owns (unless its artifact is
@@ -344,14 +351,13 @@ fn fetch_op(key: &ModelKey, inc: &Incarnation, plan: &Plan, ctx: &Context) -> Op
     if !settled && !already_ready {
         return publish_op(key, inc, ModelStatus::Updating, None);
     }
+    let parse_metadata = !inc.obj.spec.as_ref().is_ok_and(|s| s.skip_config_parsing);
+    let (key, uid) = (key.clone(), inc.uid().clone());
     let op = match plan {
-        Plan::Verify { path } => Op::VerifyLocal { key: key.clone(), uid: inc.uid().clone(), path: path.clone() },
-        Plan::Download { storage_uri, dest } => Op::Download {
-            key: key.clone(),
-            uid: inc.uid().clone(),
-            storage_uri: storage_uri.clone(),
-            dest: dest.clone(),
-        },
+        Plan::Verify { path } => Op::VerifyLocal { key, uid, path: path.clone(), parse_metadata },
+        Plan::Download { storage_uri, dest } => {
+            Op::Download { key, uid, storage_uri: storage_uri.clone(), dest: dest.clone(), parse_metadata }
+        }
     };
     Some((op, IncOp::Fetch { plan: plan.clone() }))
 }

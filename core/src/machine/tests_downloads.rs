@@ -74,8 +74,10 @@ fn progress_goes_into_the_entry_and_ready_carries_the_commit_and_no_progress() {
     assert_eq!(entry.progress, Some(progress(50)));
     assert_eq!(entry.uid.as_deref(), Some("u1"));
     let commit = "a".repeat(40);
-    let e =
-        h.input(Input::EffectDone { id: dl, outcome: ended(true, DownloadResult::Done { commit: commit.clone() }) });
+    let e = h.input(Input::EffectDone {
+        id: dl,
+        outcome: ended(true, DownloadResult::Done { commit: commit.clone(), metadata: None }),
+    });
     let p = entries(&e);
     assert_eq!(p.len(), 1, "{e:?}");
     let (label, entry) = &p[0];
@@ -174,4 +176,84 @@ fn a_revalidation_after_a_restart_keeps_the_ready_label_and_publishes_no_progres
     let dl = e.iter().find(|e| matches!(e.op, Op::Download { .. })).expect("revalidated at once").id;
     assert!(published(&e).is_empty(), "no Updating first: {e:?}");
     assert!(entries(&h.input(Input::DownloadProgress { id: dl, progress: progress(10) })).is_empty());
+}
+
+fn qwen() -> wire::ModelConfig {
+    wire::ModelConfig {
+        model_type: "qwen2".into(),
+        model_architecture: "Qwen2ForCausalLM".into(),
+        model_parameter_size: "1.09B".into(),
+        max_tokens: 32768,
+        model_capabilities: vec!["TEXT_TO_TEXT".into()],
+        ..wire::ModelConfig::default()
+    }
+}
+
+#[test]
+fn a_download_with_metadata_publishes_it_beside_the_artifact() {
+    let (mut h, dl) = downloading();
+    let metadata = Some(Box::new(qwen()));
+    let done = DownloadResult::Done { commit: "c".repeat(40), metadata };
+    let p = entries(&h.input(Input::EffectDone { id: dl, outcome: ended(true, done) }));
+    let config = p[0].1.config.clone().expect("config");
+    assert_eq!((config.model_type.as_str(), config.max_tokens), ("qwen2", 32768));
+    assert_eq!(config.artifact.sha, "c".repeat(40), "the artifact is the core's, whatever the metadata says");
+    assert_eq!(config.artifact.children_paths, Some(vec![]));
+}
+
+/// A `local://` model whose check is in flight: the harness and the check's effect.
+fn verifying(o: ModelObject) -> (H, Effect) {
+    let mut h = H::new();
+    let mut effects = h.start(true, vec![o]);
+    for _ in 0..10 {
+        if let Some(v) = effects.iter().find(|e| matches!(e.op, Op::VerifyLocal { .. })) {
+            return (h, v.clone());
+        }
+        let publishes: Vec<EffectId> =
+            effects.iter().filter(|e| matches!(e.op, Op::Publish { .. })).map(|e| e.id).collect();
+        effects =
+            publishes.into_iter().flat_map(|id| h.input(Input::EffectDone { id, outcome: Outcome::Done })).collect();
+    }
+    panic!("no check");
+}
+
+#[test]
+fn a_local_check_asks_for_metadata_and_publishes_it_with_an_empty_artifact_as_ome_does() {
+    let (mut h, check) = verifying(local("m", "u1"));
+    assert!(matches!(check.op, Op::VerifyLocal { parse_metadata: true, .. }), "{check:?}");
+    let done = DownloadResult::Done { commit: String::new(), metadata: Some(Box::new(qwen())) };
+    let p = entries(&h.input(Input::EffectDone { id: check.id, outcome: ended(false, done) }));
+    let (label, entry) = &p[0];
+    assert_eq!(*label, Some(ModelStatus::Ready));
+    let config = entry.config.clone().expect("config");
+    assert_eq!(config.model_architecture, "Qwen2ForCausalLM");
+    assert_eq!(config.artifact, wire::Artifact::default(), "sha \"\", parentPath and childrenPaths null");
+    assert_eq!(h.view(&ModelKey::cluster("m"), "u1").owned_dir, None, "a check never owns the directory");
+}
+
+#[test]
+fn a_plain_done_for_a_check_publishes_ready_without_config() {
+    let (mut h, check) = verifying(local("m", "u1"));
+    let p = entries(&h.input(Input::EffectDone { id: check.id, outcome: Outcome::Done }));
+    assert_eq!((p[0].0, p[0].1.config.clone()), (Some(ModelStatus::Ready), None));
+}
+
+#[test]
+fn metadata_larger_than_the_cap_is_dropped_and_the_model_is_ready_without_it() {
+    let (mut h, check) = verifying(local("m", "u1"));
+    let huge = wire::ModelConfig { model_type: "x".repeat(wire::MODEL_CONFIG_BYTES_MAX), ..qwen() };
+    assert!(!wire::model_config_fits(&huge) && wire::model_config_fits(&qwen()));
+    let done = DownloadResult::Done { commit: String::new(), metadata: Some(Box::new(huge)) };
+    let p = entries(&h.input(Input::EffectDone { id: check.id, outcome: ended(false, done) }));
+    assert_eq!((p[0].0, p[0].1.config.clone()), (Some(ModelStatus::Ready), None));
+}
+
+#[test]
+fn the_skip_annotation_asks_for_no_metadata() {
+    let mut o = local("m", "u1");
+    let mut spec = (**o.spec.as_ref().unwrap()).clone();
+    spec.skip_config_parsing = true;
+    o.spec = Ok(Arc::new(spec));
+    let (_, check) = verifying(o);
+    assert!(matches!(check.op, Op::VerifyLocal { parse_metadata: false, .. }), "{check:?}");
 }

@@ -119,6 +119,12 @@ fn t14_hf_download_reports_progress_then_ready_and_a_delete_trashes_it() {
     assert_eq!(artifact["sha"].as_str(), hub.commit_sha(REPO, "c1").as_deref(), "{e}");
     assert_eq!(artifact["parentPath"][format!("clusterbasemodel.{name}")], dest.to_str().unwrap());
     assert_eq!(artifact["childrenPaths"], serde_json::json!([]));
+    // The downloaded config.json's metadata is beside the artifact.
+    assert_eq!(
+        (e["config"]["modelType"].as_str(), e["config"]["modelArchitecture"].as_str()),
+        (Some("llama"), Some("LlamaForCausalLM")),
+        "{e}"
+    );
     assert_files_match(&hub, REPO, &dest);
     assert!(
         agent.metric(
