@@ -287,6 +287,22 @@ fn dispatch(ctx: &Ctx, Effect { id, op }: Effect) {
             spawn(ctx, async move |c: Ctx| downloads::execute(c, request, cancel).await)
         }
         Op::CancelDownload { download } => ctx.downloads.cancel(download),
+        Op::FillSpec { key, uid, dir } => spawn(ctx, async move |c: Ctx| {
+            let (what, path) = (format!("reading the metadata of {dir}"), PathBuf::from(&dir));
+            let parsed = c.fs.call(&what, fsgate::PARSE_DEADLINE, move || modelfiles::parse(&path)).await;
+            let result = match parsed.and_then(|r| r) {
+                Err(reason) => Ok(format!("nothing to fill: {reason}")),
+                Ok(metadata) => {
+                    let _permit = c.reads.acquire().await;
+                    kubeio::fill_spec(&c.client, &key, uid.as_str(), &metadata).await
+                }
+            };
+            match &result {
+                Ok(what) => info!(model = %key, "spec write-back: {what}"),
+                Err(reason) => warn!(model = %key, reason = %reason, "spec write-back failed"),
+            }
+            Some(Input::EffectDone { id, outcome: outcome(result.map(|_| ())) })
+        }),
         Op::TrashDir { uid, path, trash_name, .. } => spawn(ctx, async move |c: Ctx| {
             let root = c.root.clone();
             let what = format!("moving {path} to the trash");

@@ -157,6 +157,56 @@ pub async fn live_get(client: &Client, key: &ModelKey, spec_bytes_max: usize) ->
     }
 }
 
+/// Reads and conflicts (another node's fill won) before a spec fill is given up this time.
+const FILL_SPEC_ATTEMPTS_MAX: usize = 3;
+
+/// `--update-model-spec`: fills the empty metadata fields of the live model's spec with a merge
+/// patch that carries the resourceVersion read, so of all nodes one write wins and the others
+/// read again and find the fields filled. Says what it did; a model gone, another uid or
+/// nothing empty is done too.
+pub async fn fill_spec(
+    client: &Client,
+    key: &ModelKey,
+    uid: &str,
+    metadata: &model_agent_metadata::Metadata,
+) -> Result<String, String> {
+    let ar = model_resource(key.kind);
+    let api: Api<kube::api::DynamicObject> = match key.kind {
+        Kind::ClusterBaseModel => Api::all_with(client.clone(), &ar),
+        Kind::BaseModel => Api::namespaced_with(client.clone(), &key.namespace, &ar),
+    };
+    for _ in 0..FILL_SPEC_ATTEMPTS_MAX {
+        let read = tokio::time::timeout(LIVE_READ_TIMEOUT, api.get_opt(&key.name)).await;
+        let object = match read {
+            Err(_) => return Err(format!("GET {key} timed out after {} s", LIVE_READ_TIMEOUT.as_secs())),
+            Ok(Err(e)) => return Err(format!("GET {key}: {e}")),
+            Ok(Ok(None)) => return Ok("the model is gone".into()),
+            Ok(Ok(Some(object))) => object,
+        };
+        if object.metadata.uid.as_deref() != Some(uid) {
+            return Ok("the model was re-created".into());
+        }
+        let version = object.metadata.resource_version.clone().unwrap_or_default();
+        let spec = object.data.get("spec").and_then(|s| s.as_object()).cloned().unwrap_or_default();
+        let Some(patch) = model_agent_metadata::spec_merge_patch(&spec, &version, metadata) else {
+            return Ok("no empty field to fill".into());
+        };
+        let fields: Vec<String> = patch["spec"].as_object().map(|f| f.keys().cloned().collect()).unwrap_or_default();
+        match api.patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => return Ok(format!("filled {}", fields.join(", "))),
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                return Err(format!(
+                    "PATCH {key}: forbidden: --update-model-spec needs deploy/optional/update-model-spec.yaml ({})",
+                    s.message
+                ));
+            }
+            Err(e) => return Err(format!("PATCH {key}: {e}")),
+        }
+    }
+    Err(format!("PATCH {key}: the model changed under {FILL_SPEC_ATTEMPTS_MAX} attempts in a row"))
+}
+
 /// Objects per page of a live LIST: bounds what one response holds in memory.
 pub const LIST_PAGE_ITEMS: u32 = WATCH_PAGE_ITEMS;
 /// Pages of one live LIST before it is given up as failed (1,000,000 objects).

@@ -61,6 +61,8 @@ USAGE: model-agent [FLAGS]     (env NODE_NAME is required)
   --multipart-threshold BYTES      files this large or larger download in ranged parts (209715200)
   --download-progress-period-ms N  how often a download's progress goes into its entry (30000, OME's)
   --ca-bundle FILE                 PEM certificates trusted for downloads beside the system's roots
+  --update-model-spec[=BOOL]       fill a Ready model's empty spec metadata fields from its config
+                                   files (false; needs deploy/optional/update-model-spec.yaml)
   --download-retry, --node-name    accepted for OME compatibility; --node-name is ignored (NODE_NAME)
 
 ENV: NODE_NAME (required); HF_ENDPOINT, else ENDPOINT (https://huggingface.co); HF_TOKEN (the
@@ -95,6 +97,7 @@ struct Cli {
     multipart_threshold_bytes: u64,
     progress_period_ms: u64,
     ca_bundle: Option<PathBuf>,
+    update_model_spec: bool,
 }
 
 fn parse_cli(args: Vec<String>) -> Result<Cli, String> {
@@ -114,6 +117,7 @@ fn parse_cli(args: Vec<String>) -> Result<Cli, String> {
         multipart_threshold_bytes: 200 << 20,
         progress_period_ms: 30_000,
         ca_bundle: None,
+        update_model_spec: false,
     };
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
@@ -155,6 +159,14 @@ fn parse_cli(args: Vec<String>) -> Result<Cli, String> {
                 cli.progress_period_ms = positive(&flag, &value()?)? as u64;
             }
             "--ca-bundle" => cli.ca_bundle = Some(PathBuf::from(value()?)),
+            // A switch: alone it means true, and `=false` turns it off again.
+            "--update-model-spec" => {
+                cli.update_model_spec = match inline.as_deref() {
+                    None | Some("true") => true,
+                    Some("false") => false,
+                    Some(other) => return Err(format!("--update-model-spec takes true or false, not {other:?}")),
+                }
+            }
             "--node-label-retry" | "--download-retry" | "--node-name" => {
                 value()?;
             }
@@ -299,7 +311,12 @@ async fn run(cli: Cli, node_name: String, downloads: downloads::Downloads) -> Re
     let client = kubeio::client(cli.kubeconfig.as_deref()).await?;
     let seed =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
-    let config = Config { seed, write_check: cli.write_check, ..Config::new(&node_name, &cli.models_root) };
+    let config = Config {
+        seed,
+        write_check: cli.write_check,
+        update_model_spec: cli.update_model_spec,
+        ..Config::new(&node_name, &cli.models_root)
+    };
     let recorder = match &cli.record_trace {
         Some(path) => Some(start_trace(path, &config)?),
         None => None,
@@ -451,6 +468,10 @@ mod tests {
         assert_eq!(opts.network.ca_bundle, Some(PathBuf::from("/etc/ca.pem")));
         assert_eq!(download_options(&parse_cli(vec![]).unwrap()).multipart_threshold_bytes, 200 << 20);
         assert!(parse_cli(args("--multipart-threshold 0")).unwrap_err().contains("positive"));
+        assert!(!parse_cli(vec![]).unwrap().update_model_spec, "off by default");
+        assert!(parse_cli(args("--update-model-spec --port 1")).unwrap().update_model_spec);
+        assert!(!parse_cli(args("--update-model-spec=false")).unwrap().update_model_spec);
+        assert!(parse_cli(args("--update-model-spec=yes")).is_err());
     }
 
     #[test]

@@ -167,18 +167,22 @@ pub fn inspect(dir: &Path, annotations: &std::collections::BTreeMap<String, Stri
 /// there is none; that is never a failure of the model (OME's agent publishes it Ready too).
 pub fn model_config(dir: &Path) -> Result<model_agent_core::wire::ModelConfig, String> {
     use model_agent_core::wire;
-    use model_agent_metadata::{Outcome, parse_model_dir, to_go_json};
+    let parsed = parse(dir)?;
+    let config: wire::ModelConfig = serde_json::from_str(&model_agent_metadata::to_go_json(&parsed.config))
+        .map_err(|e| format!("metadata: {e}"))?;
+    if !wire::model_config_fits(&config) {
+        return Err(format!("its metadata is larger than {} bytes as JSON", wire::MODEL_CONFIG_BYTES_MAX));
+    }
+    Ok(config)
+}
+
+/// Everything the config files in `dir` say, or why they say nothing.
+pub fn parse(dir: &Path) -> Result<Box<model_agent_metadata::Metadata>, String> {
+    use model_agent_metadata::{Outcome, parse_model_dir};
     let deadline = Instant::now() + std::time::Duration::from_millis(PARSE_DEADLINE_MS);
     let mut files = FdModelFiles::open(dir, deadline)?;
     match parse_model_dir(&mut files, &std::collections::BTreeMap::new()) {
-        Outcome::Parsed(parsed) => {
-            let config: wire::ModelConfig =
-                serde_json::from_str(&to_go_json(&parsed.config)).map_err(|e| format!("metadata: {e}"))?;
-            if !wire::model_config_fits(&config) {
-                return Err(format!("its metadata is larger than {} bytes as JSON", wire::MODEL_CONFIG_BYTES_MAX));
-            }
-            Ok(config)
-        }
+        Outcome::Parsed(parsed) => Ok(parsed),
         Outcome::Skipped => Err("annotation ome.oracle.com/skip-config-parsing is true".into()),
         Outcome::WithoutConfig { reason } => Err(reason),
     }

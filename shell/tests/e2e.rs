@@ -598,6 +598,8 @@ fn t6_rbac_is_enough_and_no_more() {
         &["get", "configmaps", "-n", "kube-system"],
         &["delete", "configmaps", "-n", "ome"],
         &["update", "clusterbasemodels.ome.io"],
+        &["patch", "clusterbasemodels.ome.io"],
+        &["patch", "basemodels.ome.io", "--all-namespaces"],
         &["delete", "nodes"],
     ] {
         assert!(!can(denied), "the agent must not be able to {denied:?}");

@@ -536,6 +536,9 @@ impl World {
                 Some(Input::EffectDone { id, outcome: local_outcome(path, missing) })
             }
             Op::Download { dest, uid, .. } => self.exec_download(node, id, dest, uid),
+            // The simulated shell reports no metadata, so the core asks for no spec fill; an
+            // API server that is down refuses it as it refuses every write.
+            Op::FillSpec { .. } => Some(if down { unavailable() } else { done(id) }),
             // Stopped when it would have executed: it then reports Cancelled, its marker written.
             Op::CancelDownload { download } => self.exec_cancel(node, *download),
             Op::TrashDir { uid, path, trash_name, .. } => self.exec_trash(node, id, uid, path, trash_name),

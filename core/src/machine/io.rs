@@ -68,6 +68,10 @@ pub struct Config {
     /// A step emits at most this many effects; the rest follow at the next steps, in order.
     #[serde(default = "effects_per_step_max_default")]
     pub effects_per_step_max: usize,
+    /// `--update-model-spec`: once a model is Ready with metadata, fill its spec's empty fields
+    /// (`Op::FillSpec`, once per incarnation). Off: the agent never writes a model.
+    #[serde(default)]
+    pub update_model_spec: bool,
 }
 
 // Traces recorded before these limits existed still replay.
@@ -101,6 +105,7 @@ impl Config {
             breaker_hold_ms: 300_000,
             object_bytes_max: crate::model::OBJECT_BYTES_MAX_DEFAULT,
             effects_per_step_max: EFFECTS_PER_STEP_MAX_DEFAULT,
+            update_model_spec: false,
         }
     }
 }
@@ -357,6 +362,10 @@ pub enum Op {
         #[serde(default)]
         parse_metadata: bool,
     },
+    /// Fill the empty metadata fields of the live model's spec (if it is still `uid`) from the
+    /// config files in `dir`, with a merge patch that carries the resourceVersion read, so that
+    /// of all nodes one write wins. Nothing to fill, or a model gone, is `Done`.
+    FillSpec { key: ModelKey, uid: Uid, dir: String },
     /// Stop the download `download` (no outcome of its own: the download's outcome follows).
     CancelDownload { download: EffectId },
     /// Destructive. Move a directory the agent owns (its marker says `uid`) to

@@ -67,6 +67,7 @@ impl State {
                         self.trash.insert(name.clone(), purge_at);
                         self.set_timer(purge_at, TimerKey::Purge(name));
                     }
+                    IncOp::FillSpec => inc.spec_filled = true,
                     IncOp::Fetch { .. } => unreachable!("matched by the first arm"),
                 }
             }

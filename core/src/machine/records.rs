@@ -136,6 +136,8 @@ pub struct Incarnation {
     pub timer_at: Option<Instant>,
     /// A colliding model that owns this one's shared label or entry key (noted when it changes).
     pub held_by: Option<ModelKey>,
+    /// `Op::FillSpec` has landed for this incarnation (with `Config::update_model_spec`).
+    pub spec_filled: bool,
 }
 
 impl Incarnation {
@@ -155,6 +157,7 @@ impl Incarnation {
             changed_seq: seq,
             timer_at: None,
             held_by: None,
+            spec_filled: false,
         }
     }
 

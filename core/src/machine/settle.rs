@@ -226,6 +226,7 @@ fn context<'a>(
         synced: env.synced,
         former_owns_dir: is_current && former_owns_dir,
         predecessor_unsettled: is_current && former_unsettled,
+        update_model_spec: env.config.update_model_spec,
     }
 }
 

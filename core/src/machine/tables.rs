@@ -48,6 +48,8 @@ pub struct Context<'a> {
     /// one), and an earlier effect may still land after a new one: publish nothing that would
     /// overwrite the other's label or entry until it has settled.
     pub predecessor_unsettled: bool,
+    /// `--update-model-spec`.
+    pub update_model_spec: bool,
 }
 
 /// Is the model placed on this node now? `None` when that cannot be known yet.
@@ -249,6 +251,7 @@ pub enum IncOp {
     Unpublish,
     Fetch { plan: Plan },
     Trash { name: String },
+    FillSpec,
 }
 
 /// The next effect an incarnation needs, if any. Pure: one arm per `Want`.
@@ -259,7 +262,9 @@ pub fn next_op(key: &ModelKey, inc: &Incarnation, want: &Want, ctx: &Context, no
         Want::Failed(reason) => publish_op(key, inc, ModelStatus::Failed, Some(reason)),
         Want::Ready => publish_op(key, inc, ModelStatus::Ready, None),
         Want::Fetch(plan) => match &inc.fetched {
-            Fetched::Done { plan: done, .. } if **done == *plan => publish_op(key, inc, ModelStatus::Ready, None),
+            Fetched::Done { plan: done, .. } if **done == *plan => {
+                publish_op(key, inc, ModelStatus::Ready, None).or_else(|| fill_spec_op(key, inc, ctx))
+            }
             Fetched::Failed { plan: failed, reason, .. } if **failed == *plan => {
                 publish_op(key, inc, ModelStatus::Failed, Some(reason))
             }
@@ -290,6 +295,19 @@ fn publish_op(key: &ModelKey, inc: &Incarnation, status: ModelStatus, reason: Op
         entry: Box::new(entry),
     };
     Some((op, IncOp::Publish { status, reason }))
+}
+
+/// Once Ready with metadata, and only with `--update-model-spec`: fill the spec's empty fields.
+fn fill_spec_op(key: &ModelKey, inc: &Incarnation, ctx: &Context) -> Option<(Op, IncOp)> {
+    let Fetched::Done { plan, metadata: Some(_), .. } = &inc.fetched else { return None };
+    if !ctx.update_model_spec || inc.spec_filled || ctx.held_by.is_some() {
+        return None;
+    }
+    let dir = match &**plan {
+        Plan::Verify { path } => path.clone(),
+        Plan::Download { dest, .. } => dest.absolute.clone(),
+    };
+    Some((Op::FillSpec { key: key.clone(), uid: inc.uid().clone(), dir }, IncOp::FillSpec))
 }
 
 /// A Ready entry's `config`: what the model's files say, and for a download what it holds,

@@ -257,3 +257,64 @@ fn the_skip_annotation_asks_for_no_metadata() {
     let (_, check) = verifying(o);
     assert!(matches!(check.op, Op::VerifyLocal { parse_metadata: false, .. }), "{check:?}");
 }
+
+/// A `local://` model Ready with metadata under `config`: the harness, and what the Ready
+/// publish's landing asked for.
+fn ready_with_metadata(config: Config) -> (H, Vec<Effect>) {
+    let mut h = H::with(config);
+    let mut effects = h.start(true, vec![local("m", "u1")]);
+    for _ in 0..10 {
+        let mut next = Vec::new();
+        for e in &effects {
+            let outcome = match &e.op {
+                Op::VerifyLocal { .. } => {
+                    ended(false, DownloadResult::Done { commit: String::new(), metadata: Some(Box::new(qwen())) })
+                }
+                Op::Publish { .. } => Outcome::Done,
+                _ => continue,
+            };
+            next.extend(h.input(Input::EffectDone { id: e.id, outcome }));
+        }
+        let ready = Published::Status { status: ModelStatus::Ready, reason: None };
+        if h.view(&ModelKey::cluster("m"), "u1").published == ready {
+            return (h, next);
+        }
+        effects = next;
+    }
+    panic!("never Ready");
+}
+
+fn fills(effects: &[Effect]) -> Vec<(EffectId, String)> {
+    effects
+        .iter()
+        .filter_map(|e| match &e.op {
+            Op::FillSpec { dir, .. } => Some((e.id, dir.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn with_update_model_spec_a_ready_model_fills_its_spec_once() {
+    let (mut h, e) = ready_with_metadata(Config { update_model_spec: true, ..Config::new("node-1", ROOT) });
+    let f = fills(&e);
+    assert_eq!(f.iter().map(|(_, d)| d.as_str()).collect::<Vec<_>>(), vec!["/mnt/models/m"], "{e:?}");
+    assert!(fills(&h.input(Input::EffectDone { id: f[0].0, outcome: Outcome::Done })).is_empty());
+    assert!(fills(&h.advance(600_000)).is_empty(), "once per incarnation");
+}
+
+#[test]
+fn a_failed_spec_fill_is_tried_again_after_the_backoff() {
+    let (mut h, e) = ready_with_metadata(Config { update_model_spec: true, ..Config::new("node-1", ROOT) });
+    let failed = Outcome::Failed("PATCH: forbidden".into());
+    let e = h.input(Input::EffectDone { id: fills(&e)[0].0, outcome: failed });
+    assert!(fills(&e).is_empty(), "not at once");
+    let later = h.advance(600_000);
+    assert_eq!(fills(&later).len(), 1, "{later:?}");
+}
+
+#[test]
+fn without_update_model_spec_the_agent_never_writes_a_model() {
+    let (mut h, e) = ready_with_metadata(Config::new("node-1", ROOT));
+    assert!(fills(&e).is_empty() && fills(&h.advance(600_000)).is_empty());
+}
