@@ -288,8 +288,8 @@ fn dispatch(ctx: &Ctx, Effect { id, op }: Effect) {
         }
         Op::CancelDownload { download } => ctx.downloads.cancel(download),
         Op::FillSpec { key, uid, dir } => spawn(ctx, async move |c: Ctx| {
-            let (what, path) = (format!("reading the metadata of {dir}"), PathBuf::from(&dir));
-            let parsed = c.fs.call(&what, fsgate::PARSE_DEADLINE, move || modelfiles::parse(&path)).await;
+            let (what, path, root) = (format!("reading the metadata of {dir}"), PathBuf::from(&dir), c.root.clone());
+            let parsed = c.fs.call(&what, fsgate::PARSE_DEADLINE, move || modelfiles::parse(&root, &path)).await;
             let result = match parsed.and_then(|r| r) {
                 Err(reason) => Ok(format!("nothing to fill: {reason}")),
                 Ok(metadata) => {
@@ -393,7 +393,8 @@ impl Drop for ClearOnDrop {
 /// nothing usable, which never fails the model.
 pub async fn model_metadata(c: &Ctx, key: &ModelKey, dir: &str) -> Option<Box<ModelConfig>> {
     let (what, path) = (format!("reading the metadata of {dir}"), PathBuf::from(dir));
-    let result = c.fs.call(&what, fsgate::PARSE_DEADLINE, move || modelfiles::model_config(&path)).await;
+    let root = c.root.clone();
+    let result = c.fs.call(&what, fsgate::PARSE_DEADLINE, move || modelfiles::model_config(&root, &path)).await;
     match result.and_then(|r| r) {
         Ok(config) => Some(Box::new(config)),
         Err(reason) => {

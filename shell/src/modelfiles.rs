@@ -35,6 +35,26 @@ impl FdModelFiles {
         Ok(FdModelFiles { root, deadline })
     }
 
+    /// Open `dir` for reading: beneath `models_root` when it is there, from the root's fd one
+    /// component at a time without following symlinks; elsewhere (a `local://` share) as `open`.
+    pub fn open_under(models_root: &Path, dir: &Path, deadline: Instant) -> Result<FdModelFiles, String> {
+        let Some(rel) = dir.strip_prefix(models_root).ok().filter(|r| !r.as_os_str().is_empty()) else {
+            return FdModelFiles::open(dir, deadline);
+        };
+        let flags = OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_RDONLY;
+        let shown = |e: nix::errno::Errno| format!("{}: {e}", dir.display());
+        let mut fd =
+            nix::fcntl::open(models_root, OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | OFlag::O_RDONLY, Mode::empty())
+                .map_err(|e| format!("{}: {e}", models_root.display()))?;
+        for component in rel.components() {
+            let std::path::Component::Normal(name) = component else {
+                return Err(format!("{}: not a plain path beneath the models root", dir.display()));
+            };
+            fd = openat(fd.as_fd(), name, flags, Mode::empty()).map_err(shown)?;
+        }
+        Ok(FdModelFiles { root: fd, deadline })
+    }
+
     fn check_deadline(&self) -> Result<(), FsError> {
         if Instant::now() >= self.deadline { Err(FsError::DeadlineExceeded) } else { Ok(()) }
     }
@@ -165,9 +185,9 @@ pub fn inspect(dir: &Path, annotations: &std::collections::BTreeMap<String, Stri
 
 /// What a model directory's config files say, for its Ready entry's `config`. `Err` says why
 /// there is none; that is never a failure of the model (OME's agent publishes it Ready too).
-pub fn model_config(dir: &Path) -> Result<model_agent_core::wire::ModelConfig, String> {
+pub fn model_config(models_root: &Path, dir: &Path) -> Result<model_agent_core::wire::ModelConfig, String> {
     use model_agent_core::wire;
-    let parsed = parse(dir)?;
+    let parsed = parse(models_root, dir)?;
     let config: wire::ModelConfig = serde_json::from_str(&model_agent_metadata::to_go_json(&parsed.config))
         .map_err(|e| format!("metadata: {e}"))?;
     if !wire::model_config_fits(&config) {
@@ -177,10 +197,10 @@ pub fn model_config(dir: &Path) -> Result<model_agent_core::wire::ModelConfig, S
 }
 
 /// Everything the config files in `dir` say, or why they say nothing.
-pub fn parse(dir: &Path) -> Result<Box<model_agent_metadata::Metadata>, String> {
+pub fn parse(models_root: &Path, dir: &Path) -> Result<Box<model_agent_metadata::Metadata>, String> {
     use model_agent_metadata::{Outcome, parse_model_dir};
     let deadline = Instant::now() + std::time::Duration::from_millis(PARSE_DEADLINE_MS);
-    let mut files = FdModelFiles::open(dir, deadline)?;
+    let mut files = FdModelFiles::open_under(models_root, dir, deadline)?;
     match parse_model_dir(&mut files, &std::collections::BTreeMap::new()) {
         Outcome::Parsed(parsed) => Ok(parsed),
         Outcome::Skipped => Err("annotation ome.oracle.com/skip-config-parsing is true".into()),
@@ -211,6 +231,27 @@ mod tests {
         assert!(out.contains(r#""modelParameterSize":"1M","maxTokens":8192"#), "{out}");
         assert!(out.contains(r#""parameterSource":"safetensors""#), "{out}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_dir_beneath_the_models_root_is_opened_from_the_root_without_symlinks() {
+        let root = temp_dir("root");
+        let outside = temp_dir("elsewhere");
+        std::fs::create_dir_all(root.join("org/model")).unwrap();
+        std::fs::write(root.join("org/model/config.json"), r#"{"model_type": "llama"}"#).unwrap();
+        std::fs::write(outside.join("config.json"), r#"{"model_type": "bert"}"#).unwrap();
+        assert_eq!(model_config(&root, &root.join("org/model")).unwrap().model_type, "llama");
+        // A component swapped for a symlink to somewhere else is refused, not followed.
+        std::os::unix::fs::symlink(&outside, root.join("org/link")).unwrap();
+        let err = model_config(&root, &root.join("org/link")).unwrap_err();
+        assert!(err.contains("org/link"), "{err}");
+        std::os::unix::fs::symlink(&outside, root.join("via")).unwrap();
+        std::fs::create_dir_all(outside.join("deeper")).unwrap();
+        assert!(model_config(&root, &root.join("via/deeper")).is_err(), "an intermediate symlink is refused too");
+        // Outside the models root (a local:// share) the directory is opened as given.
+        assert_eq!(model_config(&root, &outside).unwrap().model_type, "bert");
+        std::fs::remove_dir_all(&root).unwrap();
+        std::fs::remove_dir_all(&outside).unwrap();
     }
 
     #[test]
