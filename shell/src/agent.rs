@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use model_agent_core::ModelKey;
-use model_agent_core::machine::{DownloadEnd, DownloadResult, Effect, Input, Note, Op, Outcome, RootProbe};
+use model_agent_core::machine::{DownloadEnd, DownloadResult, Effect, EffectId, Input, Note, Op, Outcome, RootProbe};
 use model_agent_core::wire::ModelConfig;
 use model_agent_core::{Instant, State, trace};
 
@@ -264,45 +264,18 @@ fn dispatch(ctx: &Ctx, Effect { id, op }: Effect) {
             let _permit = c.reads.acquire().await;
             Some(Input::LiveList { id, result: kubeio::live_list(&c.client, kind, c.spec_bytes_max).await })
         }),
-        Op::VerifyLocal { key, path, parse_metadata, .. } => spawn(ctx, async move |c: Ctx| {
-            let _permit = c.fetches.acquire().await;
-            let p = PathBuf::from(&path);
-            let what = format!("verifying {path}");
-            let result =
-                c.fs.call(&what, fsgate::VERIFY_DEADLINE, move || fsops::verify_local(&p)).await.and_then(|r| r);
-            c.metrics.model_outcome(&key, result.is_ok());
-            let outcome = match result {
-                Ok(()) if parse_metadata => {
-                    let metadata = model_metadata(&c, &key, &path).await;
-                    let result = DownloadResult::Done { commit: String::new(), metadata };
-                    Outcome::Downloaded(DownloadEnd { marked: false, result })
-                }
-                result => outcome(result),
-            };
-            Some(Input::EffectDone { id, outcome })
-        }),
+        Op::VerifyLocal { key, path, parse_metadata, .. } => {
+            spawn(ctx, async move |c: Ctx| Some(verify_local(&c, id, &key, &path, parse_metadata).await))
+        }
         Op::Download { key, uid, storage_uri, dest, parse_metadata } => {
             let cancel = ctx.downloads.register(id);
             let request = downloads::Request { id, key, uid, storage_uri, dest, parse_metadata };
             spawn(ctx, async move |c: Ctx| downloads::execute(c, request, cancel).await)
         }
         Op::CancelDownload { download } => ctx.downloads.cancel(download),
-        Op::FillSpec { key, uid, dir } => spawn(ctx, async move |c: Ctx| {
-            let (what, path, root) = (format!("reading the metadata of {dir}"), PathBuf::from(&dir), c.root.clone());
-            let parsed = c.fs.call(&what, fsgate::PARSE_DEADLINE, move || modelfiles::parse(&root, &path)).await;
-            let result = match parsed.and_then(|r| r) {
-                Err(reason) => Ok(format!("nothing to fill: {reason}")),
-                Ok(metadata) => {
-                    let _permit = c.reads.acquire().await;
-                    kubeio::fill_spec(&c.client, &key, uid.as_str(), &metadata).await
-                }
-            };
-            match &result {
-                Ok(what) => info!(model = %key, "spec write-back: {what}"),
-                Err(reason) => warn!(model = %key, reason = %reason, "spec write-back failed"),
-            }
-            Some(Input::EffectDone { id, outcome: outcome(result.map(|_| ())) })
-        }),
+        Op::FillSpec { key, uid, dir } => {
+            spawn(ctx, async move |c: Ctx| Some(fill_spec(&c, id, &key, uid.as_str(), &dir).await))
+        }
         Op::TrashDir { uid, path, trash_name, .. } => spawn(ctx, async move |c: Ctx| {
             let root = c.root.clone();
             let what = format!("moving {path} to the trash");
@@ -387,6 +360,41 @@ impl Drop for ClearOnDrop {
     fn drop(&mut self) {
         self.0.store(false, Ordering::SeqCst);
     }
+}
+
+/// `Op::VerifyLocal`: the check, then (when asked) what the directory's config files say.
+async fn verify_local(c: &Ctx, id: EffectId, key: &ModelKey, path: &str, parse_metadata: bool) -> Input {
+    let _permit = c.fetches.acquire().await;
+    let (p, what) = (PathBuf::from(path), format!("verifying {path}"));
+    let result = c.fs.call(&what, fsgate::VERIFY_DEADLINE, move || fsops::verify_local(&p)).await.and_then(|r| r);
+    c.metrics.model_outcome(key, result.is_ok());
+    let outcome = match result {
+        Ok(()) if parse_metadata => {
+            let metadata = model_metadata(c, key, path).await;
+            let result = DownloadResult::Done { commit: String::new(), metadata };
+            Outcome::Downloaded(DownloadEnd { marked: false, result })
+        }
+        result => outcome(result),
+    };
+    Input::EffectDone { id, outcome }
+}
+
+/// `Op::FillSpec`: the directory's metadata again, then the live model's empty fields filled.
+async fn fill_spec(c: &Ctx, id: EffectId, key: &ModelKey, uid: &str, dir: &str) -> Input {
+    let (what, path, root) = (format!("reading the metadata of {dir}"), PathBuf::from(dir), c.root.clone());
+    let parsed = c.fs.call(&what, fsgate::PARSE_DEADLINE, move || modelfiles::parse(&root, &path)).await;
+    let result = match parsed.and_then(|r| r) {
+        Err(reason) => Ok(format!("nothing to fill: {reason}")),
+        Ok(metadata) => {
+            let _permit = c.reads.acquire().await;
+            kubeio::fill_spec(&c.client, key, uid, &metadata).await
+        }
+    };
+    match &result {
+        Ok(what) => info!(model = %key, "spec write-back: {what}"),
+        Err(reason) => warn!(model = %key, reason = %reason, "spec write-back failed"),
+    }
+    Input::EffectDone { id, outcome: outcome(result.map(|_| ())) }
 }
 
 /// What the config files in `dir` say, for the model's Ready entry; none (logged) when they say

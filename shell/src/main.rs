@@ -140,13 +140,7 @@ fn parse_cli(args: Vec<String>) -> Result<Cli, String> {
             "--kubeconfig" => cli.kubeconfig = Some(value()?),
             "--record-trace" => cli.record_trace = Some(PathBuf::from(value()?)),
             "--log-level" => cli.log_level = value()?,
-            "--log-format" => {
-                cli.log_json = match value()?.as_str() {
-                    "json" => true,
-                    "text" => false,
-                    other => return Err(format!("--log-format must be text or json, not {other:?}")),
-                }
-            }
+            "--log-format" => cli.log_json = log_format_is_json(&value()?)?,
             "--num-download-worker" => {
                 cli.fetch_workers = value()?.parse().map_err(|_| "--num-download-worker: not a number")?;
             }
@@ -159,14 +153,7 @@ fn parse_cli(args: Vec<String>) -> Result<Cli, String> {
                 cli.progress_period_ms = positive(&flag, &value()?)? as u64;
             }
             "--ca-bundle" => cli.ca_bundle = Some(PathBuf::from(value()?)),
-            // A switch: alone it means true, and `=false` turns it off again.
-            "--update-model-spec" => {
-                cli.update_model_spec = match inline.as_deref() {
-                    None | Some("true") => true,
-                    Some("false") => false,
-                    Some(other) => return Err(format!("--update-model-spec takes true or false, not {other:?}")),
-                }
-            }
+            "--update-model-spec" => cli.update_model_spec = switch(&flag, inline.as_deref())?,
             "--node-label-retry" | "--download-retry" | "--node-name" => {
                 value()?;
             }
@@ -178,6 +165,23 @@ fn parse_cli(args: Vec<String>) -> Result<Cli, String> {
         return Err(format!("--models-root-dir must be absolute, not {:?}", cli.models_root));
     }
     Ok(cli)
+}
+
+fn log_format_is_json(v: &str) -> Result<bool, String> {
+    match v {
+        "json" => Ok(true),
+        "text" => Ok(false),
+        other => Err(format!("--log-format must be text or json, not {other:?}")),
+    }
+}
+
+/// A switch: alone it means true, and `=false` turns it off again.
+fn switch(flag: &str, inline: Option<&str>) -> Result<bool, String> {
+    match inline {
+        None | Some("true") => Ok(true),
+        Some("false") => Ok(false),
+        Some(other) => Err(format!("{flag} takes true or false, not {other:?}")),
+    }
 }
 
 fn positive(flag: &str, v: &str) -> Result<usize, String> {

@@ -536,8 +536,7 @@ impl World {
                 Some(Input::EffectDone { id, outcome: local_outcome(path, missing) })
             }
             Op::Download { dest, uid, .. } => self.exec_download(node, id, dest, uid),
-            // The simulated shell reports no metadata, so the core asks for no spec fill; an
-            // API server that is down refuses it as it refuses every write.
+            // Never asked for: the simulated shell reports no metadata.
             Op::FillSpec { .. } => Some(if down { unavailable() } else { done(id) }),
             // Stopped when it would have executed: it then reports Cancelled, its marker written.
             Op::CancelDownload { download } => self.exec_cancel(node, *download),
@@ -547,14 +546,7 @@ impl World {
                 Some(done(id))
             }
             Op::RemoveOrphanLabel { label_key } => {
-                if down {
-                    return Some(unavailable());
-                }
-                self.check_label_scope(node, label_key);
-                if self.api.labels[node].remove(label_key).is_some() {
-                    self.removed_label(node, label_key);
-                }
-                Some(done(id))
+                Some(if down { unavailable() } else { self.exec_remove_orphan_label(node, id, label_key) })
             }
             Op::RemoveOrphanEntry { cm_key, uid } => self.exec_remove_orphan_entry(node, id, cm_key, uid.as_ref()),
             Op::ProbeRoot => {
@@ -565,6 +557,19 @@ impl World {
             }
             Op::Snapshot => self.exec_snapshot(node, id),
         }
+    }
+
+    fn exec_remove_orphan_label(
+        &mut self,
+        node: usize,
+        id: model_agent_core::machine::EffectId,
+        label_key: &str,
+    ) -> Input {
+        self.check_label_scope(node, label_key);
+        if self.api.labels[node].remove(label_key).is_some() {
+            self.removed_label(node, label_key);
+        }
+        done(id)
     }
 
     fn exec_publish(
