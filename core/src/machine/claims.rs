@@ -83,7 +83,8 @@ fn preimages_besides(text: &str, key: &ModelKey, out: &mut Vec<ModelKey>) {
 /// `clusterbasemodel.` prefix of a BaseModel's, must overlap the namespace or the name in at
 /// least the `basemodel` part (the separators' dots cannot line up otherwise).
 fn has_other_reading(key: &ModelKey) -> bool {
-    wire::is_truncated(key) || key.name.contains("basemodel") || key.namespace.contains("basemodel")
+    let has = |s: &str| s.as_bytes().windows(b"basemodel".len()).any(|w| w == b"basemodel");
+    wire::is_truncated(key) || has(&key.name) || has(&key.namespace)
 }
 
 impl Claims {

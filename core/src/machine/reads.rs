@@ -26,7 +26,10 @@ impl State {
         };
         let is_list = matches!(self.inflight.get(&id), Some(Owner::List { .. }));
         self.inflight.remove(&id);
-        self.timers.remove(&(deadline, TimerKey::ReadDeadline(id)));
+        // A timed-out read's deadline has just fired: the timer is gone already.
+        if !matches!(end, ReadEnd::TimedOut) {
+            self.timers.remove(&(deadline, TimerKey::ReadDeadline(id)));
+        }
         if self.kinds[kind.index()].list_inflight == Some(id) {
             self.kinds[kind.index()].list_inflight = None;
         }
