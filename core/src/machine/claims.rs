@@ -15,6 +15,9 @@ use std::hash::{Hash, Hasher};
 #[derive(Clone, Debug, Default)]
 pub(super) struct Claims {
     truncated: Map<u64, Arc<Vec<ModelKey>>>,
+    /// How many models kept have a key with another reading (`has_other_reading`). While none
+    /// has and nothing is indexed, no two untruncated keys can collide.
+    ambiguous: usize,
 }
 
 /// What the other models mapping to this model's keys mean for it.
@@ -82,13 +85,14 @@ fn preimages_besides(text: &str, key: &ModelKey, out: &mut Vec<ModelKey>) {
 /// `clusterbasemodel.<name>` or `<ns>.basemodel.<name>`, and any other `.basemodel.` in it, or a
 /// `clusterbasemodel.` prefix of a BaseModel's, must overlap the namespace or the name in at
 /// least the `basemodel` part (the separators' dots cannot line up otherwise).
-fn has_other_reading(key: &ModelKey) -> bool {
+pub(super) fn has_other_reading(key: &ModelKey) -> bool {
     let has = |s: &str| s.as_bytes().windows(b"basemodel".len()).any(|w| w == b"basemodel");
     wire::is_truncated(key) || has(&key.name) || has(&key.namespace)
 }
 
 impl Claims {
     pub(super) fn add(&mut self, key: &ModelKey) {
+        self.ambiguous += usize::from(has_other_reading(key));
         if !wire::is_truncated(key) {
             return;
         }
@@ -102,6 +106,7 @@ impl Claims {
     }
 
     pub(super) fn remove(&mut self, key: &ModelKey) {
+        self.ambiguous -= usize::from(has_other_reading(key));
         if !wire::is_truncated(key) {
             return;
         }
@@ -116,6 +121,11 @@ impl Claims {
         }
     }
 
+    /// How many models kept the index counts as having a key with another reading.
+    pub(super) fn ambiguous(&self) -> usize {
+        self.ambiguous
+    }
+
     /// Is `key` in the index (under its label key's hash)?
     pub(super) fn indexes(&self, key: &ModelKey) -> bool {
         self.truncated.get(&hashes(key)[0]).is_some_and(|ks| ks.contains(key))
@@ -123,9 +133,12 @@ impl Claims {
 
     /// The other known models whose label key or ConfigMap key equals one of `key`'s.
     pub(super) fn colliders(&self, slots: &Map<ModelKey, Arc<Slot>>, key: &ModelKey) -> Vec<ModelKey> {
-        // Nearly always: nothing indexed, and the key's text has no other reading. Decided
-        // without building the wire keys (the same answer: `preimages_besides` finds nothing).
-        if self.truncated.is_empty() && !has_other_reading(key) {
+        // Nearly always: nothing indexed, and no model kept (or the key's text) has another
+        // reading. Decided without building the wire keys, with the same answer: a model that
+        // shares an untruncated key's text reads it two ways, so it has another reading too,
+        // and otherwise `preimages_besides` finds nothing.
+        let unindexed = self.truncated.is_empty();
+        if unindexed && ((self.ambiguous == 0 && !wire::is_truncated(key)) || !has_other_reading(key)) {
             return Vec::new();
         }
         let mine = WireKeys::of(key);

@@ -44,6 +44,13 @@ impl State {
                 return Err(format!("{key}: a truncated key is missing from the collision index"));
             }
         }
+        let ambiguous = self.slots.keys().filter(|k| claims::has_other_reading(k)).count();
+        if ambiguous != self.claims.ambiguous() {
+            return Err(format!(
+                "{ambiguous} models with ambiguous keys, the collision index counts {}",
+                self.claims.ambiguous()
+            ));
+        }
         Ok(())
     }
 
