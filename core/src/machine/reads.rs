@@ -52,7 +52,7 @@ impl State {
         match self.answers(keys, kind, is_list, end) {
             Err(reason) => {
                 self.stats.reads_failed += 1;
-                self.read_failed(st, id, keys, kind, &reason, is_list);
+                self.read_failed(st, id, keys, kind, reason, is_list);
                 if purpose == ListPurpose::OrphanSweep {
                     self.orphan_check = None;
                 }
@@ -170,10 +170,10 @@ impl State {
         id: EffectId,
         keys: &[ModelKey],
         kind: Kind,
-        reason: &str,
+        reason: String,
         coalesced: bool,
     ) {
-        let config = self.config.clone();
+        let (delay_min, delay_max) = (self.config.retry_delay_ms_min, self.config.retry_delay_ms_max);
         // One delay for a whole LIST keeps its retry coalesced (O(kinds) calls, not O(models)).
         let mut shared_delay = None;
         let mut last_delay = None;
@@ -183,7 +183,7 @@ impl State {
                 let Life::PendingConfirm { attempt, read, .. } = &mut inc.life else { continue };
                 let delay = match shared_delay {
                     Some(d) => d,
-                    None => backoff_ms(*attempt, config.retry_delay_ms_min, config.retry_delay_ms_max, &mut self.prng),
+                    None => backoff_ms(*attempt, delay_min, delay_max, &mut self.prng),
                 };
                 if coalesced {
                     shared_delay = Some(delay);
@@ -196,7 +196,7 @@ impl State {
         }
         if let Some(retry_in_ms) = last_delay {
             let key = (!coalesced).then(|| keys.first().cloned()).flatten();
-            st.notes.push(Note::ReadFailed { key, kind, reason: reason.to_string(), retry_in_ms });
+            st.notes.push(Note::ReadFailed { key, kind, reason, retry_in_ms });
         }
     }
 
