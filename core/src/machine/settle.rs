@@ -24,7 +24,7 @@ impl State {
         let mut touched = self.issue_reads(st);
         touched.extend(dirty);
         touched.extend(std::mem::take(&mut st.dirty));
-        touched.sort();
+        touched.sort_unstable();
         touched.dedup();
         for key in &touched {
             self.settle_key(st, key);
