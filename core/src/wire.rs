@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize, Serializer};
 use sha2::{Digest, Sha256};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use crate::model::{Kind, ModelKey};
@@ -62,14 +63,19 @@ pub fn truncate_with_hash(s: &str, len_max: usize) -> String {
     format!("{hash}-{}", &s[start..])
 }
 
+/// `truncate_with_hash`, borrowing what fits (nearly every name: no allocation).
+fn truncated(s: &str, len_max: usize) -> Cow<'_, str> {
+    if s.len() <= len_max { Cow::Borrowed(s) } else { Cow::Owned(truncate_with_hash(s, len_max)) }
+}
+
 /// Split a namespace/name pair into a budget the way OME does for BaseModels.
-fn split_namespaced(namespace: &str, name: &str, budget: usize) -> (String, String) {
+fn split_namespaced<'a>(namespace: &'a str, name: &'a str, budget: usize) -> (Cow<'a, str>, Cow<'a, str>) {
     if namespace.len() + name.len() <= budget {
-        return (namespace.to_string(), name.to_string());
+        return (Cow::Borrowed(namespace), Cow::Borrowed(name));
     }
     let ns_budget = namespace.len().min(NAMESPACE_BUDGET_MAX);
     let name_budget = budget - ns_budget;
-    (truncate_with_hash(namespace, ns_budget), truncate_with_hash(name, name_budget))
+    (truncated(namespace, ns_budget), truncated(name, name_budget))
 }
 
 /// The node label key for a model (`models.ome.io/clusterbasemodel.<name>` or
@@ -77,11 +83,11 @@ fn split_namespaced(namespace: &str, name: &str, budget: usize) -> (String, Stri
 pub fn label_key(key: &ModelKey) -> String {
     match key.kind {
         Kind::ClusterBaseModel => {
-            format!("{LABEL_DOMAIN}/clusterbasemodel.{}", truncate_with_hash(&key.name, CLUSTER_LABEL_NAME_BUDGET))
+            [LABEL_DOMAIN, "/clusterbasemodel.", &truncated(&key.name, CLUSTER_LABEL_NAME_BUDGET)].concat()
         }
         Kind::BaseModel => {
             let (ns, name) = split_namespaced(&key.namespace, &key.name, BASE_LABEL_BUDGET);
-            format!("{LABEL_DOMAIN}/{ns}.basemodel.{name}")
+            [LABEL_DOMAIN, "/", &ns, ".basemodel.", &name].concat()
         }
     }
 }
@@ -121,10 +127,10 @@ pub fn is_model_status_label(label: &str, value: &str) -> bool {
 /// The key of a model's entry in the per-node ConfigMap.
 pub fn configmap_key(key: &ModelKey) -> String {
     match key.kind {
-        Kind::ClusterBaseModel => format!("clusterbasemodel.{}", truncate_with_hash(&key.name, CLUSTER_CM_NAME_BUDGET)),
+        Kind::ClusterBaseModel => ["clusterbasemodel.", &truncated(&key.name, CLUSTER_CM_NAME_BUDGET)].concat(),
         Kind::BaseModel => {
             let (ns, name) = split_namespaced(&key.namespace, &key.name, BASE_CM_BUDGET);
-            format!("{ns}.basemodel.{name}")
+            [&ns, ".basemodel.", &name].concat()
         }
     }
 }

@@ -15,6 +15,9 @@ use std::hash::{Hash, Hasher};
 #[derive(Clone, Debug, Default)]
 pub(super) struct Claims {
     truncated: Map<u64, Arc<Vec<ModelKey>>>,
+    /// How many models kept have a key with another reading (`has_other_reading`). While none
+    /// has and nothing is indexed, no two untruncated keys can collide.
+    ambiguous: usize,
 }
 
 /// What the other models mapping to this model's keys mean for it.
@@ -77,8 +80,19 @@ fn preimages_besides(text: &str, key: &ModelKey, out: &mut Vec<ModelKey>) {
     }
 }
 
+/// Could `preimages_besides` find anything for `key`'s wire keys? Only for a truncated key, or
+/// when its namespace or name contains `basemodel`: the key text of an untruncated key is
+/// `clusterbasemodel.<name>` or `<ns>.basemodel.<name>`, and any other `.basemodel.` in it, or a
+/// `clusterbasemodel.` prefix of a BaseModel's, must overlap the namespace or the name in at
+/// least the `basemodel` part (the separators' dots cannot line up otherwise).
+pub(super) fn has_other_reading(key: &ModelKey) -> bool {
+    let has = |s: &str| s.as_bytes().windows(b"basemodel".len()).any(|w| w == b"basemodel");
+    wire::is_truncated(key) || has(&key.name) || has(&key.namespace)
+}
+
 impl Claims {
     pub(super) fn add(&mut self, key: &ModelKey) {
+        self.ambiguous += usize::from(has_other_reading(key));
         if !wire::is_truncated(key) {
             return;
         }
@@ -92,6 +106,7 @@ impl Claims {
     }
 
     pub(super) fn remove(&mut self, key: &ModelKey) {
+        self.ambiguous -= usize::from(has_other_reading(key));
         if !wire::is_truncated(key) {
             return;
         }
@@ -106,6 +121,11 @@ impl Claims {
         }
     }
 
+    /// How many models kept the index counts as having a key with another reading.
+    pub(super) fn ambiguous(&self) -> usize {
+        self.ambiguous
+    }
+
     /// Is `key` in the index (under its label key's hash)?
     pub(super) fn indexes(&self, key: &ModelKey) -> bool {
         self.truncated.get(&hashes(key)[0]).is_some_and(|ks| ks.contains(key))
@@ -113,6 +133,14 @@ impl Claims {
 
     /// The other known models whose label key or ConfigMap key equals one of `key`'s.
     pub(super) fn colliders(&self, slots: &Map<ModelKey, Arc<Slot>>, key: &ModelKey) -> Vec<ModelKey> {
+        // Nearly always: nothing indexed, and no model kept (or the key's text) has another
+        // reading. Decided without building the wire keys, with the same answer: a model that
+        // shares an untruncated key's text reads it two ways, so it has another reading too,
+        // and otherwise `preimages_besides` finds nothing.
+        let unindexed = self.truncated.is_empty();
+        if unindexed && ((self.ambiguous == 0 && !wire::is_truncated(key)) || !has_other_reading(key)) {
+            return Vec::new();
+        }
         let mine = WireKeys::of(key);
         let collides = |k: &ModelKey| k != key && mine.shared_with(k);
         let label_suffix = mine.label.strip_prefix(wire::LABEL_DOMAIN).and_then(|r| r.strip_prefix('/')).unwrap_or("");
@@ -202,4 +230,45 @@ pub fn collision_reason(key: &ModelKey, owner: &ModelKey) -> String {
         wire::label_key(key),
         wire::configmap_key(key)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Names and namespaces from fragments that can form the separators across the boundaries.
+    fn texts() -> Vec<String> {
+        let parts = ["a", ".", "basemodel", "base", "model.", "cluster", "clusterbasemodel", ".basemodel"];
+        let mut out = vec![String::new()];
+        for _ in 0..3 {
+            let longer: Vec<String> = out.iter().flat_map(|t| parts.iter().map(move |p| format!("{t}{p}"))).collect();
+            out.extend(longer);
+        }
+        out.sort();
+        out.dedup();
+        out.retain(|t| !t.is_empty());
+        out
+    }
+
+    /// The fast path of `colliders` gives the slow path's answer: a key without another
+    /// reading has no preimage besides itself.
+    #[test]
+    fn no_other_reading_means_no_preimage() {
+        let ts = texts();
+        let mut keys: Vec<ModelKey> = ts.iter().map(|n| ModelKey::cluster(n)).collect();
+        for ns in ts.iter().filter(|t| t.len() <= 20) {
+            keys.extend(ts.iter().filter(|t| t.len() <= 20).map(|n| ModelKey::namespaced(ns, n)));
+        }
+        let mut checked = 0;
+        for key in keys.iter().filter(|k| !has_other_reading(k)) {
+            let label = wire::label_key(key);
+            let suffix = label.strip_prefix("models.ome.io/").expect("label prefix");
+            let mut out = Vec::new();
+            preimages_besides(suffix, key, &mut out);
+            preimages_besides(&wire::configmap_key(key), key, &mut out);
+            assert!(out.is_empty(), "{key}: {out:?}");
+            checked += 1;
+        }
+        assert!(checked > 100 && checked < keys.len(), "{checked} of {}", keys.len());
+    }
 }

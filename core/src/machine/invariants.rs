@@ -15,55 +15,92 @@ impl State {
         Ok(())
     }
 
-    /// Records: shape, per-kind indexes, timers and the collision index agree with each slot.
+    /// Records: shape, per-kind indexes, timers, effects in flight and the collision index agree
+    /// with each slot, in one pass over the records.
     fn slot_invariants(&self) -> Result<(), String> {
+        let mut ambiguous = 0;
+        // Per kind, how many records are pending and read-due: each index must hold exactly those.
+        let mut members = [[0usize; 2]; 2];
         for (key, slot) in self.slots.iter() {
+            ambiguous += usize::from(claims::has_other_reading(key));
             if slot.is_empty() {
                 return Err(format!("{key}: an empty record is kept"));
             }
             if slot.former.iter().any(|f| f.life == Life::Observed) {
                 return Err(format!("{key}: a former incarnation is Observed (two live uids under one name)"));
             }
-            let sync = &self.kinds[key.kind.index()];
             let pending = slot.all().any(Incarnation::is_pending);
-            if pending != sync.pending.contains(key) || pending != slot.indexed_pending {
+            if pending != slot.indexed_pending {
                 return Err(format!("{key}: the pending index disagrees with the record ({pending})"));
             }
             let due = slot.all().any(Incarnation::read_due);
-            if due != sync.due.contains(key) || due != slot.indexed_due {
+            if due != slot.indexed_due {
                 return Err(format!("{key}: the read-due index disagrees with the record ({due})"));
             }
+            members[key.kind.index()][0] += usize::from(pending);
+            members[key.kind.index()][1] += usize::from(due);
             for inc in slot.all() {
                 if let Some(at) = inc.timer_at
                     && !self.timers.contains(&(at, TimerKey::Inc(Arc::new((key.clone(), inc.uid().clone())))))
                 {
                     return Err(format!("{key} {}: its timer at {at:?} is not registered", inc.uid()));
                 }
+                self.inc_inflight_invariants(key, inc)?;
             }
             if wire::is_truncated(key) && !self.claims.indexes(key) {
                 return Err(format!("{key}: a truncated key is missing from the collision index"));
             }
         }
+        self.indexes_hold(members)?;
+        if ambiguous != self.claims.ambiguous() {
+            return Err(format!(
+                "{ambiguous} models with ambiguous keys, the collision index counts {}",
+                self.claims.ambiguous()
+            ));
+        }
         Ok(())
+    }
+
+    /// Each per-kind index holds exactly the records of its kind that it marks (`members`
+    /// counts them): every key in it is such a record, and there are as many.
+    fn indexes_hold(&self, members: [[usize; 2]; 2]) -> Result<(), String> {
+        for kind in Kind::ALL {
+            let sync = &self.kinds[kind.index()];
+            let [pending, due] = members[kind.index()];
+            let marked = |k: &ModelKey, due: bool| {
+                k.kind == kind && self.slots.get(k).is_some_and(|s| if due { s.indexed_due } else { s.indexed_pending })
+            };
+            for (set, n, is_due, what) in
+                [(&sync.pending, pending, false, "pending"), (&sync.due, due, true, "read-due")]
+            {
+                if let Some(key) = set.iter().find(|k| !marked(k, is_due)) {
+                    return Err(format!("{key}: the {what} index disagrees with the record (indexed)"));
+                }
+                if set.len() != n {
+                    return Err(format!("the {what} index of {} holds {}, the records {n}", kind.plural(), set.len()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One incarnation's effect in flight: a download's run is it, and its owner knows it.
+    fn inc_inflight_invariants(&self, key: &ModelKey, inc: &Incarnation) -> Result<(), String> {
+        // Paired with `emit_actions`: a download's run is the incarnation's effect in flight.
+        if let Some(run) = &inc.download
+            && (inc.inflight != Some(run.id) || !matches!(run.plan, Plan::Download { .. }))
+        {
+            return Err(format!("{key} {}: download {:?} is not its effect in flight", inc.uid(), run.id));
+        }
+        let Some(id) = inc.inflight else { return Ok(()) };
+        match self.inflight.get(&id) {
+            Some(Owner::Inc { key: k, uid, .. }) if k == key && uid == inc.uid() => Ok(()),
+            other => Err(format!("{key} {}: effect {id:?} in flight is owned by {other:?}", inc.uid())),
+        }
     }
 
     /// Effects in flight: at most one per incarnation, and each owner knows its effect.
     fn inflight_invariants(&self) -> Result<(), String> {
-        for (key, slot) in self.slots.iter() {
-            for inc in slot.all() {
-                // Paired with `emit_actions`: a download's run is the incarnation's effect in flight.
-                if let Some(run) = &inc.download
-                    && (inc.inflight != Some(run.id) || !matches!(run.plan, Plan::Download { .. }))
-                {
-                    return Err(format!("{key} {}: download {:?} is not its effect in flight", inc.uid(), run.id));
-                }
-                let Some(id) = inc.inflight else { continue };
-                match self.inflight.get(&id) {
-                    Some(Owner::Inc { key: k, uid, .. }) if k == key && uid == inc.uid() => {}
-                    other => return Err(format!("{key} {}: effect {id:?} in flight is owned by {other:?}", inc.uid())),
-                }
-            }
-        }
         for (id, owner) in self.inflight.iter() {
             if let Owner::Inc { key, uid, .. } = owner {
                 let inc = self.slots.get(key).and_then(|s| s.all().find(|i| i.uid() == uid));

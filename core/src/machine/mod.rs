@@ -321,6 +321,11 @@ impl State {
             return decided;
         }
         self.backlog.extend(decided);
+        if !self.shutting_down {
+            // Every effect may leave: the first `limit`, without rebuilding the rest.
+            let rest = self.backlog.split_off(limit.min(self.backlog.len()));
+            return std::mem::replace(&mut self.backlog, rest).into_iter().collect();
+        }
         let mut released = Vec::new();
         let mut kept = imbl::Vector::new();
         for effect in std::mem::take(&mut self.backlog) {

@@ -40,8 +40,9 @@ impl State {
         what: IncOp,
         outcome: Outcome,
     ) {
-        let (now, config) = (st.now, self.config.clone());
-        let Some(inc) = self.slots.get_mut(&key).map(Arc::make_mut).and_then(|s| s.find_mut(&uid)) else {
+        let now = st.now;
+        let State { slots, config, prng, stats, trash, timers, .. } = self;
+        let Some(inc) = slots.get_mut(&key).map(Arc::make_mut).and_then(|s| s.find_mut(&uid)) else {
             return;
         };
         inc.inflight = None;
@@ -49,11 +50,11 @@ impl State {
         inc.changed_seq = st.seq;
         st.dirty.push(key.clone());
         match (outcome, what) {
-            (outcome, IncOp::Fetch { plan }) => fetch_done(inc, (&config, &mut self.prng), now, plan, outcome),
+            (outcome, IncOp::Fetch { plan }) => fetch_done(inc, (config, prng), now, plan, outcome),
             (Outcome::Failed(reason), _) => {
-                let delay = inc.failed_once(&config, &mut self.prng);
+                let delay = inc.failed_once(config, prng);
                 inc.blocked_until = Some(now.plus_ms(delay));
-                self.stats.effects_failed += 1;
+                stats.effects_failed += 1;
                 st.notes.push(Note::EffectFailed { id, reason, retry_in_ms: delay });
             }
             (Outcome::Done | Outcome::Downloaded(_), what) => {
@@ -64,8 +65,8 @@ impl State {
                     IncOp::Trash { name } => {
                         inc.owned_dir = None;
                         let purge_at = now.plus_ms(config.trash_grace_ms);
-                        self.trash.insert(name.clone(), purge_at);
-                        self.set_timer(purge_at, TimerKey::Purge(name));
+                        trash.insert(name.clone(), purge_at);
+                        timers.insert((purge_at, TimerKey::Purge(name)));
                     }
                     IncOp::FillSpec => inc.spec_filled = true,
                     IncOp::Fetch { .. } => unreachable!("matched by the first arm"),

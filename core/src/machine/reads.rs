@@ -13,35 +13,56 @@ pub(super) enum ReadEnd {
     TimedOut,
 }
 
+/// The keys a read asks about: a GET's one key (no allocation), or a LIST's.
+enum ReadKeys {
+    One(ModelKey),
+    Many(Arc<Vec<ModelKey>>),
+}
+
+impl ReadKeys {
+    fn as_slice(&self) -> &[ModelKey] {
+        match self {
+            ReadKeys::One(key) => std::slice::from_ref(key),
+            ReadKeys::Many(keys) => keys,
+        }
+    }
+}
+
 impl State {
     pub(super) fn finish_read(&mut self, st: &mut Step, id: EffectId, end: ReadEnd) {
         let (keys, kind, purpose, deadline, sent) = match self.inflight.get(&id) {
             Some(Owner::Get { key, deadline, sent }) => {
-                (Arc::new(vec![key.clone()]), key.kind, ListPurpose::Candidates, *deadline, *sent)
+                (ReadKeys::One(key.clone()), key.kind, ListPurpose::Candidates, *deadline, *sent)
             }
             Some(Owner::List { kind, keys, purpose, deadline, sent }) => {
-                (keys.clone(), *kind, *purpose, *deadline, *sent)
+                (ReadKeys::Many(keys.clone()), *kind, *purpose, *deadline, *sent)
             }
             _ => return,
         };
-        let is_list = matches!(self.inflight.get(&id), Some(Owner::List { .. }));
+        let is_list = matches!(keys, ReadKeys::Many(_));
+        let keys = keys.as_slice();
         self.inflight.remove(&id);
-        self.timers.remove(&(deadline, TimerKey::ReadDeadline(id)));
+        // A timed-out read's deadline has just fired: the timer is gone already.
+        if !matches!(end, ReadEnd::TimedOut) {
+            self.timers.remove(&(deadline, TimerKey::ReadDeadline(id)));
+        }
         if self.kinds[kind.index()].list_inflight == Some(id) {
             self.kinds[kind.index()].list_inflight = None;
         }
-        match self.answers(&keys, kind, is_list, end) {
+        match self.answers(keys, kind, is_list, end) {
             Err(reason) => {
                 self.stats.reads_failed += 1;
-                self.read_failed(st, id, &keys, kind, &reason, is_list);
+                self.read_failed(st, id, keys, kind, reason, is_list);
                 if purpose == ListPurpose::OrphanSweep {
                     self.orphan_check = None;
                 }
             }
             Ok(objects) => {
-                let by_key: BTreeMap<&ModelKey, &ModelObject> = objects.iter().map(|o| (&o.key, o)).collect();
+                // A GET's answer is its one key's object (`answers` checked it), or nothing.
+                let by_key: BTreeMap<&ModelKey, &ModelObject> =
+                    if is_list { objects.iter().map(|o| (&o.key, o)).collect() } else { BTreeMap::new() };
                 for key in keys.iter() {
-                    let found = by_key.get(key).copied();
+                    let found = if is_list { by_key.get(key).copied() } else { objects.first() };
                     match found {
                         Some(_) => self.stats.reads_found += 1,
                         None => self.stats.reads_not_found += 1,
@@ -149,10 +170,10 @@ impl State {
         id: EffectId,
         keys: &[ModelKey],
         kind: Kind,
-        reason: &str,
+        reason: String,
         coalesced: bool,
     ) {
-        let config = self.config.clone();
+        let (delay_min, delay_max) = (self.config.retry_delay_ms_min, self.config.retry_delay_ms_max);
         // One delay for a whole LIST keeps its retry coalesced (O(kinds) calls, not O(models)).
         let mut shared_delay = None;
         let mut last_delay = None;
@@ -162,7 +183,7 @@ impl State {
                 let Life::PendingConfirm { attempt, read, .. } = &mut inc.life else { continue };
                 let delay = match shared_delay {
                     Some(d) => d,
-                    None => backoff_ms(*attempt, config.retry_delay_ms_min, config.retry_delay_ms_max, &mut self.prng),
+                    None => backoff_ms(*attempt, delay_min, delay_max, &mut self.prng),
                 };
                 if coalesced {
                     shared_delay = Some(delay);
@@ -175,7 +196,7 @@ impl State {
         }
         if let Some(retry_in_ms) = last_delay {
             let key = (!coalesced).then(|| keys.first().cloned()).flatten();
-            st.notes.push(Note::ReadFailed { key, kind, reason: reason.to_string(), retry_in_ms });
+            st.notes.push(Note::ReadFailed { key, kind, reason, retry_in_ms });
         }
     }
 

@@ -24,7 +24,7 @@ impl State {
         let mut touched = self.issue_reads(st);
         touched.extend(dirty);
         touched.extend(std::mem::take(&mut st.dirty));
-        touched.sort();
+        touched.sort_unstable();
         touched.dedup();
         for key in &touched {
             self.settle_key(st, key);
@@ -46,7 +46,7 @@ impl State {
         let sync = &mut kinds[key.kind.index()];
         let Some(slot) = slots.get_mut(key).map(Arc::make_mut) else {
             reindex_slot(sync, key, None);
-            node_reads.waiting.remove(key);
+            unwait(&mut node_reads.waiting, key);
             return;
         };
         if let Some(inc) = slot.current.as_mut() {
@@ -72,7 +72,7 @@ impl State {
         if waits {
             node_reads.waiting.insert(key.clone());
         } else {
-            node_reads.waiting.remove(key);
+            unwait(&mut node_reads.waiting, key);
         }
         reindex_slot(sync, key, Some(slot));
     }
@@ -327,6 +327,14 @@ pub(super) fn normalize(slot: &mut Slot, now: Instant, seq: u64) -> u64 {
     }
     debug_assert!(slot.former.iter().all(|f| f.life != Life::Observed), "one live incarnation per name");
     candidates
+}
+
+/// Take `key` out of the models waiting for the Node witness; nearly always none wait, and an
+/// empty set is not even hashed into.
+fn unwait(waiting: &mut Set<ModelKey>, key: &ModelKey) {
+    if !waiting.is_empty() {
+        waiting.remove(key);
+    }
 }
 
 pub(super) fn reindex_slot(sync: &mut KindSync, key: &ModelKey, slot: Option<&mut Slot>) {

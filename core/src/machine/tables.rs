@@ -211,19 +211,19 @@ pub fn want(inc: &Incarnation, ctx: &Context) -> Want {
     };
     let dest = match &inc.dest {
         Err(reason) => return Want::Failed(reason.clone()),
-        Ok(dest) => dest.clone(),
+        Ok(dest) => dest.as_ref(),
     };
     match (uri.provisioning(), dest) {
         (Provisioning::Nothing, _) => Want::Ready,
         (Provisioning::NotOnNodes, _) => Want::Hold,
-        (Provisioning::VerifyLocal, Some(dest)) => Want::Fetch(Plan::Verify { path: dest.absolute }),
+        (Provisioning::VerifyLocal, Some(dest)) => Want::Fetch(Plan::Verify { path: dest.absolute.clone() }),
         (Provisioning::Download, Some(dest)) => match ctx.root {
             // Unknown (not probed, or the filesystem did not answer): neither fetch nor fail.
             None => Want::Hold,
             Some(root) if !root.answered => Want::Hold,
             Some(root) if !root.writable => Want::Failed(read_only_reason(ctx.models_root, root, uri.scheme())),
             Some(_) if ctx.former_owns_dir => Want::Hold,
-            Some(_) => Want::Fetch(Plan::Download { storage_uri: spec.storage_uri.clone(), dest }),
+            Some(_) => Want::Fetch(Plan::Download { storage_uri: spec.storage_uri.clone(), dest: dest.clone() }),
         },
         (_, None) => Want::Failed("no destination path".into()),
     }

@@ -12,11 +12,8 @@ impl State {
     }
 
     pub(super) fn fire_timers(&mut self, st: &mut Step) {
-        while let Some((at, key)) = self.timers.get_min().cloned() {
-            if at > st.now {
-                break;
-            }
-            self.timers.remove(&(at, key.clone()));
+        while self.timers.get_min().is_some_and(|(at, _)| *at <= st.now) {
+            let Some((_, key)) = self.timers.remove_min() else { break };
             match key {
                 TimerKey::Inc(id) => {
                     let (key, uid) = (*id).clone();
@@ -67,11 +64,12 @@ pub(super) fn sync_timers(timers: &mut OrdSet<(Instant, TimerKey)>, key: &ModelK
         if want == inc.timer_at {
             continue;
         }
+        let id = TimerKey::Inc(Arc::new((key.clone(), inc.uid().clone())));
         if let Some(at) = inc.timer_at {
-            timers.remove(&(at, TimerKey::Inc(Arc::new((key.clone(), inc.uid().clone())))));
+            timers.remove(&(at, id.clone()));
         }
         if let Some(at) = want {
-            timers.insert((at, TimerKey::Inc(Arc::new((key.clone(), inc.uid().clone())))));
+            timers.insert((at, id));
         }
         inc.timer_at = want;
     }
