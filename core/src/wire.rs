@@ -205,14 +205,14 @@ pub struct ModelEntry {
     pub reason: Option<String>,
 }
 
-/// A model's metadata, as JSON, at most: a config.json with a huge string must neither grow the
-/// core nor push the node's ConfigMap past the API server's 1 MiB (which holds every model's
-/// entry). OME's own summaries are well under 2 KiB.
-pub const MODEL_CONFIG_BYTES_MAX: usize = 16 << 10;
+/// A model's metadata, as the entry's JSON (Go-escaped), at most: a config.json with a huge
+/// string must neither grow the core nor push the node's ConfigMap past the API server's 1 MiB,
+/// which holds every model's entry. Real summaries are about 1 KiB.
+pub const MODEL_CONFIG_BYTES_MAX: usize = 4 << 10;
 
 /// Whether `config` is small enough to keep and publish.
 pub fn model_config_fits(config: &ModelConfig) -> bool {
-    serde_json::to_vec(config).is_ok_and(|bytes| bytes.len() <= MODEL_CONFIG_BYTES_MAX)
+    serde_json::to_string(config).is_ok_and(|json| go_escape(json).len() <= MODEL_CONFIG_BYTES_MAX)
 }
 
 /// OME's `ModelConfig`. Go's `omitempty` on every field but `artifact`, a struct, which Go

@@ -382,7 +382,11 @@ async fn verify_local(c: &Ctx, id: EffectId, key: &ModelKey, path: &str, parse_m
 /// `Op::FillSpec`: the directory's metadata again, then the live model's empty fields filled.
 async fn fill_spec(c: &Ctx, id: EffectId, key: &ModelKey, uid: &str, dir: &str) -> Input {
     let (what, path, root) = (format!("reading the metadata of {dir}"), PathBuf::from(dir), c.root.clone());
+    // Parses take a fetch permit, as checks and downloads do: many fills after a restart must
+    // not fill the filesystem gate and starve the root probe.
+    let permit = c.fetches.acquire().await;
     let parsed = c.fs.call(&what, fsgate::PARSE_DEADLINE, move || modelfiles::parse(&root, &path)).await;
+    drop(permit);
     let result = match parsed.and_then(|r| r) {
         Err(reason) => Ok(format!("nothing to fill: {reason}")),
         Ok(metadata) => {

@@ -159,6 +159,8 @@ pub async fn live_get(client: &Client, key: &ModelKey, spec_bytes_max: usize) ->
 
 /// Reads and conflicts (another node's fill won) before a spec fill is given up this time.
 const FILL_SPEC_ATTEMPTS_MAX: usize = 3;
+/// A spec fill larger than this (a huge `diffusionPipeline`, say) is not written.
+const FILL_SPEC_BYTES_MAX: usize = 16 << 10;
 
 /// `--update-model-spec`: fills the empty metadata fields of the live model's spec with a merge
 /// patch that carries the resourceVersion read, so of all nodes one write wins and the others
@@ -191,17 +193,24 @@ pub async fn fill_spec(
         let Some(patch) = model_agent_metadata::spec_merge_patch(&spec, &version, metadata) else {
             return Ok("no empty field to fill".into());
         };
+        let bytes = patch.to_string().len();
+        if bytes > FILL_SPEC_BYTES_MAX {
+            return Ok(format!("not written: the fill is {bytes} bytes, more than {FILL_SPEC_BYTES_MAX}"));
+        }
         let fields: Vec<String> = patch["spec"].as_object().map(|f| f.keys().cloned().collect()).unwrap_or_default();
-        match api.patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-            Ok(_) => return Ok(format!("filled {}", fields.join(", "))),
-            Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(kube::Error::Api(s)) if s.code == 403 => {
+        let (params, body) = (PatchParams::default(), Patch::Merge(&patch));
+        let patched = tokio::time::timeout(LIVE_READ_TIMEOUT, api.patch(&key.name, &params, &body));
+        match patched.await {
+            Err(_) => return Err(format!("PATCH {key} timed out after {} s", LIVE_READ_TIMEOUT.as_secs())),
+            Ok(Ok(_)) => return Ok(format!("filled {}", fields.join(", "))),
+            Ok(Err(kube::Error::Api(s))) if s.code == 409 => continue,
+            Ok(Err(kube::Error::Api(s))) if s.code == 403 => {
                 return Err(format!(
                     "PATCH {key}: forbidden: --update-model-spec needs deploy/optional/update-model-spec.yaml ({})",
                     s.message
                 ));
             }
-            Err(e) => return Err(format!("PATCH {key}: {e}")),
+            Ok(Err(e)) => return Err(format!("PATCH {key}: {e}")),
         }
     }
     Err(format!("PATCH {key}: the model changed under {FILL_SPEC_ATTEMPTS_MAX} attempts in a row"))

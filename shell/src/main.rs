@@ -22,7 +22,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use model_agent_core::machine::{Config, WriteCheck};
 use model_agent_core::{Kind, State, trace};
@@ -257,9 +257,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // A CA bundle that cannot be used fails the start, not every download later.
-    if let Some(Err(e)) = cli.ca_bundle.as_deref().map(hf::read_ca_bundle) {
-        eprintln!("model-agent: --ca-bundle: {e}");
+    if let Err(e) = check_network(&cli) {
+        eprintln!("model-agent: {e}");
         return ExitCode::from(2);
     }
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level)
@@ -284,6 +283,9 @@ fn main() -> ExitCode {
         .expect("the download runtime");
     let options = download_options(&cli);
     info!(network = ?options.network, "downloads go through");
+    for e in hf::Network::root_certificate_errors() {
+        warn!("a trusted root could not be loaded: {e}");
+    }
     let downloads = downloads::Downloads::new(download_runtime.handle().clone(), options);
     let result = runtime.block_on(run(cli, node_name, downloads));
     // Cancelled downloads have stopped by now; what is stuck in the kernel is left behind.
@@ -295,6 +297,14 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// A CA bundle or a proxy that cannot be used fails the start, not every download later.
+fn check_network(cli: &Cli) -> Result<(), String> {
+    if let Some(path) = cli.ca_bundle.as_deref() {
+        hf::read_ca_bundle(path).map_err(|e| format!("--ca-bundle: {e}"))?;
+    }
+    download_options(cli).network.check()
 }
 
 /// The engine's options from the flags and OME's environment variables.

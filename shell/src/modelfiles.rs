@@ -36,10 +36,13 @@ impl FdModelFiles {
     }
 
     /// Open `dir` for reading: beneath `models_root` when it is there, from the root's fd one
-    /// component at a time without following symlinks; elsewhere (a `local://` share) as `open`.
+    /// component at a time without following symlinks; elsewhere (a `local://` share, which the
+    /// check reached through any symlinks on its path) its real path, as `open`. Inside, no
+    /// symlink is ever followed.
     pub fn open_under(models_root: &Path, dir: &Path, deadline: Instant) -> Result<FdModelFiles, String> {
         let Some(rel) = dir.strip_prefix(models_root).ok().filter(|r| !r.as_os_str().is_empty()) else {
-            return FdModelFiles::open(dir, deadline);
+            let real = std::fs::canonicalize(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            return FdModelFiles::open(&real, deadline);
         };
         let flags = OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_RDONLY;
         let shown = |e: nix::errno::Errno| format!("{}: {e}", dir.display());
@@ -248,8 +251,13 @@ mod tests {
         std::os::unix::fs::symlink(&outside, root.join("via")).unwrap();
         std::fs::create_dir_all(outside.join("deeper")).unwrap();
         assert!(model_config(&root, &root.join("via/deeper")).is_err(), "an intermediate symlink is refused too");
-        // Outside the models root (a local:// share) the directory is opened as given.
+        // Outside the models root (a local:// share) the directory is opened by its real path,
+        // as the check reached it.
         assert_eq!(model_config(&root, &outside).unwrap().model_type, "bert");
+        let share_link = temp_dir("share-link").join("current");
+        std::os::unix::fs::symlink(&outside, &share_link).unwrap();
+        assert_eq!(model_config(&root, &share_link).unwrap().model_type, "bert");
+        std::fs::remove_dir_all(share_link.parent().unwrap()).unwrap();
         std::fs::remove_dir_all(&root).unwrap();
         std::fs::remove_dir_all(&outside).unwrap();
     }

@@ -238,7 +238,7 @@ fn cmd_bench(mut args: Args) -> Result<bool, String> {
     );
     let mut ok = true;
     for agent in [AgentKind::Core, AgentKind::Upstream] {
-        let opts = Options { nodes, models, seed: 1, agent, ..Options::default() };
+        let opts = Options { nodes, models, seed: 1, agent, audit_every_step: false, ..Options::default() };
         let started = std::time::Instant::now();
         let (r, _) = scenario::run("crd-ssa", &opts)?;
         let wall = started.elapsed().as_secs_f64();

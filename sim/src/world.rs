@@ -253,6 +253,8 @@ pub struct World {
     pub read_timeout_permille: u64,
     pub marks: Option<Vec<Mark>>,
     pub record_traces: bool,
+    /// Check the core's invariants and keep the history after every step (see `Options`).
+    pub audit_every_step: bool,
     pub events_processed: u64,
     /// The last steps of the node the first violation was about.
     pub history_dump: Vec<String>,
@@ -302,6 +304,7 @@ impl World {
             read_timeout_permille: 0,
             marks: None,
             record_traces: false,
+            audit_every_step: true,
             events_processed: 0,
             history_dump: Vec::new(),
             unplaced_until: BTreeMap::new(),
@@ -411,29 +414,42 @@ impl World {
         }
     }
 
-    /// Hand one input to a node's agent and schedule what it asks for.
-    pub fn feed(&mut self, node: usize, input: Input) {
-        let now = Instant(self.now);
-        let kept = input.clone();
-        let (output, state) = match &mut self.nodes[node].agent {
-            Agent::Core(state) => (state.handle(now, input), Some((**state).clone())),
-            Agent::Upstream(up) => (Output { effects: up.handle(now, input), notes: Vec::new() }, None),
-            Agent::Stopped => return,
-        };
-        if let Some(rec) = &mut self.nodes[node].recorder {
-            rec.record(now, &kept, &output);
-        }
-        let step =
-            Step { t: self.now, input: kept, effects: output.effects.clone(), notes: output.notes.clone(), state };
-        self.nodes[node].history.push(step);
-        // The core's own invariants after every step, in release builds too (the core checks
-        // them itself only in debug builds).
+    fn check_invariants(&mut self, node: usize) {
         let broken = match &self.nodes[node].agent {
             Agent::Core(state) => state.invariants().err(),
             _ => None,
         };
         if let Some(broken) = broken {
             self.violation_on(node, None, format!("core invariant broken: {broken}"));
+        }
+    }
+
+    /// Every node's core invariants, now (after a run that did not check them at every step).
+    pub fn check_invariants_now(&mut self) {
+        for node in 0..self.nodes.len() {
+            self.check_invariants(node);
+        }
+    }
+
+    /// Hand one input to a node's agent and schedule what it asks for.
+    pub fn feed(&mut self, node: usize, input: Input) {
+        let now = Instant(self.now);
+        let kept = input.clone();
+        let audit = self.audit_every_step;
+        let (output, state) = match &mut self.nodes[node].agent {
+            Agent::Core(state) => (state.handle(now, input), audit.then(|| (**state).clone())),
+            Agent::Upstream(up) => (Output { effects: up.handle(now, input), notes: Vec::new() }, None),
+            Agent::Stopped => return,
+        };
+        if let Some(rec) = &mut self.nodes[node].recorder {
+            rec.record(now, &kept, &output);
+        }
+        if audit {
+            let (effects, notes) = (output.effects.clone(), output.notes.clone());
+            self.nodes[node].history.push(Step { t: self.now, input: kept, effects, notes, state });
+            // The core's own invariants after every step, in release builds too (the core checks
+            // them itself only in debug builds).
+            self.check_invariants(node);
         }
         for note in &output.notes {
             self.note(node, note);

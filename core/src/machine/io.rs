@@ -364,7 +364,8 @@ pub enum Op {
     },
     /// Fill the empty metadata fields of the live model's spec (if it is still `uid`) from the
     /// config files in `dir`, with a merge patch that carries the resourceVersion read, so that
-    /// of all nodes one write wins. Nothing to fill, or a model gone, is `Done`.
+    /// of all nodes one write wins. Nothing to fill, or a model gone, is `Done`; a failure is
+    /// not retried for this incarnation.
     FillSpec { key: ModelKey, uid: Uid, dir: String },
     /// Stop the download `download` (no outcome of its own: the download's outcome follows).
     CancelDownload { download: EffectId },

@@ -51,6 +51,12 @@ impl State {
         st.dirty.push(key.clone());
         match (outcome, what) {
             (outcome, IncOp::Fetch { plan }) => fetch_done(inc, (config, prng), now, plan, outcome),
+            // Best effort (the controller fills the same fields from the entry): a failure, logged
+            // by the shell, is not retried for this incarnation and holds back nothing else.
+            (Outcome::Failed(_), IncOp::FillSpec) => {
+                inc.spec_filled = true;
+                stats.effects_failed += 1;
+            }
             (Outcome::Failed(reason), _) => {
                 let delay = inc.failed_once(config, prng);
                 inc.blocked_until = Some(now.plus_ms(delay));

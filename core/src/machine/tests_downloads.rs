@@ -304,13 +304,15 @@ fn with_update_model_spec_a_ready_model_fills_its_spec_once() {
 }
 
 #[test]
-fn a_failed_spec_fill_is_tried_again_after_the_backoff() {
+fn a_failed_spec_fill_is_given_up_and_holds_back_no_cleanup() {
     let (mut h, e) = ready_with_metadata(Config { update_model_spec: true, ..Config::new("node-1", ROOT) });
     let failed = Outcome::Failed("PATCH: forbidden".into());
     let e = h.input(Input::EffectDone { id: fills(&e)[0].0, outcome: failed });
-    assert!(fills(&e).is_empty(), "not at once");
-    let later = h.advance(600_000);
-    assert_eq!(fills(&later).len(), 1, "{later:?}");
+    assert!(fills(&e).is_empty() && fills(&h.advance(600_000)).is_empty(), "not retried");
+    // A confirmed delete right after the failure is cleaned up at once (no backoff).
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("m", "u1")));
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::NotFound });
+    assert!(matches!(destructive(&e)[..], [Op::Unpublish { .. }]), "{e:?}");
 }
 
 #[test]

@@ -221,7 +221,8 @@ async fn https_needs_the_ca_bundle_and_tunnels_through_the_https_proxy() {
     let reason = ended.result.expect_err("an unknown issuer is refused").to_string();
     assert!(reason.contains("UnknownIssuer") || reason.contains("certificate"), "{reason}");
     let proxy = Proxy::start();
-    let network = Network { https_proxy: proxy.url.clone(), ca_bundle: Some(ca), ..Network::default() };
+    let with_user = proxy.url.replace("http://", "http://user:pass@");
+    let network = Network { https_proxy: with_user, ca_bundle: Some(ca), ..Network::default() };
     let (ended, _) = run(job(&root, "main"), &super::Options { network, ..plain }).await;
     if let Err(e) = &ended.result {
         panic!("through the tunnel with the CA: {e}");
@@ -229,6 +230,6 @@ async fn https_needs_the_ca_bundle_and_tunnels_through_the_https_proxy() {
     finished(ended);
     assert_all_files(&hub, &root.dest(), "main");
     let seen = proxy.seen();
-    let connect = format!("CONNECT {} auth=-", front.trim_start_matches("https://"));
+    let connect = format!("CONNECT {} auth=Basic dXNlcjpwYXNz", front.trim_start_matches("https://"));
     assert!(!seen.is_empty() && seen.iter().all(|s| *s == connect), "only tunnels to the front: {seen:?}");
 }

@@ -93,6 +93,7 @@ impl HttpClient {
     /// A client that goes through `network`'s proxies and trusts its roots; a CA bundle that
     /// cannot be read is the error.
     pub fn new(connect_timeout_ms: u64, network: &Network) -> Result<HttpClient, String> {
+        network.check()?;
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_connect_timeout(Some(Duration::from_millis(connect_timeout_ms)));

@@ -62,6 +62,29 @@ impl Network {
         }
     }
 
+    /// Only `http://` proxies are supported (as a URL or a bare `host:port`): an `https://` or
+    /// `socks5://` one would otherwise be spoken to in plain HTTP, credentials and all.
+    pub fn check(&self) -> Result<(), String> {
+        let named =
+            [("ALL_PROXY", &self.all_proxy), ("HTTP_PROXY", &self.http_proxy), ("HTTPS_PROXY", &self.https_proxy)];
+        for (name, proxy) in named {
+            if let Some((scheme, _)) = proxy.split_once("://")
+                && !scheme.eq_ignore_ascii_case("http")
+            {
+                let shown = without_userinfo(proxy);
+                return Err(format!(
+                    "{name}={shown}: only http:// proxies are supported (https is tunnelled through them)"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Why some of the system's roots (or `SSL_CERT_FILE`'s) could not be loaded, for the log.
+    pub fn root_certificate_errors() -> Vec<String> {
+        rustls_native_certs::load_native_certs().errors.iter().map(|e| e.to_string()).collect()
+    }
+
     pub(super) fn matcher(&self) -> Matcher {
         let builder = Matcher::builder().all(self.all_proxy.clone()).http(self.http_proxy.clone());
         builder.https(self.https_proxy.clone()).no(self.no_proxy.clone()).build()
@@ -221,6 +244,15 @@ mod tests {
         let shown = format!("{network:?}");
         assert!(shown.contains("http://proxy:3128") && !shown.contains("s3cret"), "{shown}");
         assert_eq!(without_userinfo("u:p@proxy:1"), "proxy:1");
+    }
+
+    #[test]
+    fn only_http_proxies_are_accepted() {
+        let with = |https_proxy: &str| Network { https_proxy: https_proxy.into(), ..Network::default() }.check();
+        assert!(with("").is_ok() && with("http://p:3128").is_ok() && with("p:3128").is_ok());
+        let err = with("https://u:secret@p:443").unwrap_err();
+        assert!(err.contains("HTTPS_PROXY=https://p:443") && !err.contains("secret"), "{err}");
+        assert!(with("socks5://p:1080").is_err());
     }
 
     #[test]
