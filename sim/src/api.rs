@@ -15,6 +15,9 @@ pub struct ApiObject {
     pub key: ModelKey,
     pub uid: Uid,
     pub created_rv: u64,
+    /// `created_rv` zero-padded, so that text order is creation order, as with RFC 3339
+    /// timestamps (made once: every list would otherwise format it again).
+    pub created: Arc<str>,
     pub rv: u64,
     pub spec: Arc<ModelSpec>,
     pub deleting: bool,
@@ -28,8 +31,7 @@ impl ApiObject {
             key: self.key.clone(),
             uid: self.uid.clone(),
             resource_version: Arc::from(self.rv.to_string().as_str()),
-            // Zero-padded so that text order is creation order, as with RFC 3339 timestamps.
-            created: Arc::from(format!("{:020}", self.created_rv).as_str()),
+            created: self.created.clone(),
             deleting: self.deleting,
             spec: Ok(self.spec.clone()),
         }
@@ -112,8 +114,16 @@ impl Api {
         self.rv += 1;
         self.uid_next += 1;
         let uid = Uid::new(&format!("uid-{}-{}", key.name, self.uid_next));
-        let obj =
-            ApiObject { key: key.clone(), uid, created_rv: self.rv, rv: self.rv, spec, deleting: false, finalizer };
+        let obj = ApiObject {
+            key: key.clone(),
+            uid,
+            created_rv: self.rv,
+            created: Arc::from(format!("{:020}", self.rv).as_str()),
+            rv: self.rv,
+            spec,
+            deleting: false,
+            finalizer,
+        };
         let model = obj.to_model();
         self.by_uid.insert(obj.uid.clone(), key.clone());
         self.objects.insert(key, obj);

@@ -434,19 +434,20 @@ impl World {
     /// Hand one input to a node's agent and schedule what it asks for.
     pub fn feed(&mut self, node: usize, input: Input) {
         let now = Instant(self.now);
-        let kept = input.clone();
         let audit = self.audit_every_step;
+        // Kept for the history and the recorder only (a benchmark run has neither).
+        let kept = (audit || self.nodes[node].recorder.is_some()).then(|| input.clone());
         let (output, state) = match &mut self.nodes[node].agent {
             Agent::Core(state) => (state.handle(now, input), audit.then(|| (**state).clone())),
             Agent::Upstream(up) => (Output { effects: up.handle(now, input), notes: Vec::new() }, None),
             Agent::Stopped => return,
         };
-        if let Some(rec) = &mut self.nodes[node].recorder {
-            rec.record(now, &kept, &output);
+        if let (Some(rec), Some(kept)) = (&mut self.nodes[node].recorder, &kept) {
+            rec.record(now, kept, &output);
         }
-        if audit {
+        if let (true, Some(input)) = (audit, kept) {
             let (effects, notes) = (output.effects.clone(), output.notes.clone());
-            self.nodes[node].history.push(Step { t: self.now, input: kept, effects, notes, state });
+            self.nodes[node].history.push(Step { t: self.now, input, effects, notes, state });
             // The core's own invariants after every step, in release builds too (the core checks
             // them itself only in debug builds).
             self.check_invariants(node);
@@ -1191,14 +1192,25 @@ struct Expect {
 
 /// The models placed on a node that own their keys: where two share a label key or a
 /// ConfigMap key, only the first in rank is reported (core.md, "Label keys can collide").
+/// The models placed here that own their keys: none of lower rank shares their label key or
+/// their ConfigMap key. Ranks are unique (they end with the uid), so the lowest of each key's
+/// group owns it; one pass per key kind instead of comparing every pair.
 fn key_owners<'a>(placed: &[&'a Expect]) -> Vec<&'a Expect> {
+    type Rank = (bool, u64, String);
+    let lowest = |key: fn(&Expect) -> &str| {
+        let mut lowest: BTreeMap<&str, &Rank> = BTreeMap::new();
+        for e in placed {
+            let slot = lowest.entry(key(e)).or_insert(&e.rank);
+            if e.rank < **slot {
+                *slot = &e.rank;
+            }
+        }
+        lowest
+    };
+    let (by_label, by_entry) = (lowest(|e| &e.label_key), lowest(|e| &e.cm_key));
     placed
         .iter()
-        .filter(|e| {
-            !placed
-                .iter()
-                .any(|f| f.uid != e.uid && (f.label_key == e.label_key || f.cm_key == e.cm_key) && f.rank < e.rank)
-        })
+        .filter(|e| by_label[e.label_key.as_str()] == &e.rank && by_entry[e.cm_key.as_str()] == &e.rank)
         .copied()
         .collect()
 }
