@@ -157,6 +157,18 @@ pub async fn live_get(client: &Client, key: &ModelKey, spec_bytes_max: usize) ->
     }
 }
 
+/// The field manager every write names, so the Node's and the ConfigMap's managed fields say
+/// who set the agent's labels and entries (`kubectl get node -o yaml --show-managed-fields`).
+pub const FIELD_MANAGER: &str = "model-agent";
+
+fn patch_params() -> PatchParams {
+    PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..PatchParams::default() }
+}
+
+fn post_params() -> PostParams {
+    PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() }
+}
+
 /// Reads and conflicts (another node's fill won) before a spec fill is given up this time.
 const FILL_SPEC_ATTEMPTS_MAX: usize = 3;
 /// A spec fill larger than this (a huge `diffusionPipeline`, say) is not written.
@@ -198,7 +210,7 @@ pub async fn fill_spec(
             return Ok(format!("not written: the fill is {bytes} bytes, more than {FILL_SPEC_BYTES_MAX}"));
         }
         let fields: Vec<String> = patch["spec"].as_object().map(|f| f.keys().cloned().collect()).unwrap_or_default();
-        let (params, body) = (PatchParams::default(), Patch::Merge(&patch));
+        let (params, body) = (patch_params(), Patch::Merge(&patch));
         let patched = tokio::time::timeout(LIVE_READ_TIMEOUT, api.patch(&key.name, &params, &body));
         match patched.await {
             Err(_) => return Err(format!("PATCH {key} timed out after {} s", LIVE_READ_TIMEOUT.as_secs())),
@@ -359,7 +371,7 @@ async fn apply_batch(client: &Client, node: &str, namespace: &str, batch: &[Writ
     if !labels.is_empty() {
         let nodes: Api<Node> = Api::all(client.clone());
         let patch = serde_json::json!({"metadata": {"labels": labels}});
-        match nodes.patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        match nodes.patch(node, &patch_params(), &Patch::Merge(&patch)).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.is_not_found() => return Err(format!("node {node} not found")),
             Err(e) => return Err(format!("patching node {node} labels: {e}")),
@@ -421,11 +433,11 @@ async fn write_configmap(client: &Client, node: &str, namespace: &str, batch: &[
             return Ok(());
         }
         let result = if exists {
-            api.replace(&identity.name, &PostParams::default(), &cm).await
+            api.replace(&identity.name, &post_params(), &cm).await
         } else {
             md.name = Some(identity.name.clone());
             md.namespace = Some(namespace.to_string());
-            api.create(&PostParams::default(), &cm).await
+            api.create(&post_params(), &cm).await
         };
         match result {
             Ok(_) => return Ok(()),

@@ -69,6 +69,21 @@ fn t20_a_local_models_entry_carries_the_metadata_its_files_give() {
     let inspected: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(*config, inspected["config"]);
     assert_eq!(config["modelParameterSize"], "1.05B", "two 128256 x 4096 tensors from the header");
+    // Every write names its field manager: the managed fields say who set the label and entry.
+    for (kind, namespace, field) in [
+        ("node", None, format!("f:{}", label_key(name))),
+        ("configmap", Some("ome"), format!("f:clusterbasemodel.{name}")),
+    ] {
+        let mut args = vec!["get", kind, n, "-o", "json", "--show-managed-fields"];
+        if let Some(ns) = namespace {
+            args.extend(["-n", ns]);
+        }
+        let object: serde_json::Value = serde_json::from_str(&kubectl(&args)).unwrap();
+        let managers = object["metadata"]["managedFields"].as_array().cloned().unwrap_or_default();
+        let ours = managers.iter().find(|m| m["manager"] == "model-agent");
+        let owned = ours.is_some_and(|m| m["fieldsV1"].to_string().contains(&field));
+        assert!(owned, "{kind} {n}: no managedFields entry of model-agent with {field}: {managers:?}");
+    }
     // Without --update-model-spec the agent never writes a model.
     std::thread::sleep(Duration::from_secs(1));
     assert!(spec(name).get("modelType").is_none(), "{}", spec(name));
