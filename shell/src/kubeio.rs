@@ -218,7 +218,7 @@ pub async fn fill_spec(
             Ok(Err(kube::Error::Api(s))) if s.code == 409 => continue,
             Ok(Err(kube::Error::Api(s))) if s.code == 403 => {
                 return Err(format!(
-                    "PATCH {key}: forbidden: --update-model-spec needs deploy/optional/update-model-spec.yaml ({})",
+                    "PATCH {key}: forbidden: --update-model-spec needs deploy/components/update-model-spec/update-model-spec.yaml ({})",
                     s.message
                 ));
             }

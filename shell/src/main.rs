@@ -62,7 +62,7 @@ USAGE: model-agent [FLAGS]     (env NODE_NAME is required)
   --download-progress-period-ms N  how often a download's progress goes into its entry (30000, OME's)
   --ca-bundle FILE                 PEM certificates trusted for downloads beside the system's roots
   --update-model-spec[=BOOL]       fill a Ready model's empty spec metadata fields from its config
-                                   files (false; needs deploy/optional/update-model-spec.yaml)
+                                   files (false; needs deploy/components/update-model-spec/update-model-spec.yaml)
   --download-retry, --node-name    accepted for OME compatibility; --node-name is ignored (NODE_NAME)
 
 ENV: NODE_NAME (required); HF_ENDPOINT, else ENDPOINT (https://huggingface.co); HF_TOKEN (the

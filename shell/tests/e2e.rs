@@ -869,3 +869,6 @@ mod hf;
 
 #[path = "e2e/metadata.rs"]
 mod metadata;
+
+#[path = "e2e/deploy.rs"]
+mod deploy;

@@ -1,4 +1,4 @@
-//! The optional admission policies of `deploy/optional/` (ValidatingAdmissionPolicy, 1.30+), held
+//! The optional admission policies of `deploy/components/admission-policies/` (ValidatingAdmissionPolicy, 1.30+), held
 //! against the agent's identity on the real API server.
 //!
 //! The test API server is v1.20.2 (`scripts/kube/build`), which has no ValidatingAdmissionPolicy.
@@ -53,7 +53,7 @@ fn strings(list: &Value, fields: (&str, &str)) -> Vec<(String, String)> {
 
 impl Policy {
     fn load(file: &str) -> Policy {
-        let docs = yaml_documents(&repo().join("deploy/optional").join(file));
+        let docs = yaml_documents(&repo().join("deploy/components/admission-policies").join(file));
         let policy = docs.iter().find(|d| d["kind"] == "ValidatingAdmissionPolicy").expect("a policy");
         let binding = docs.iter().find(|d| d["kind"] == "ValidatingAdmissionPolicyBinding").expect("a binding");
         let name = policy["metadata"]["name"].as_str().unwrap().to_string();
@@ -402,7 +402,7 @@ struct PoliciesInForce {
 impl PoliciesInForce {
     fn install(own_node: &str) -> PoliciesInForce {
         let guard = if serves_validating_admission_policy() {
-            let optional = repo().join("deploy/optional");
+            let optional = repo().join("deploy/components/admission-policies");
             let file = |f: &str| optional.join(f).to_str().unwrap().to_string();
             let (nodes, cms) = (file("node-label-policy.yaml"), file("configmap-policy.yaml"));
             kubectl(&["apply", "-f", &nodes, "-f", &cms]);

@@ -113,7 +113,7 @@ impl Drop for Optional {
 #[ignore = "needs a real kube-apiserver: run by scripts/e2e"]
 fn t21_update_model_spec_fills_the_empty_fields_once_across_two_nodes() {
     super::setup();
-    let _binding = Optional::apply("deploy/optional/update-model-spec.yaml");
+    let _binding = Optional::apply("deploy/components/update-model-spec/update-model-spec.yaml");
     let name = "e2e-fill-llama";
     let nodes = ["e2e-fill-a", "e2e-fill-b"];
     for n in nodes {
