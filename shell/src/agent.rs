@@ -77,6 +77,8 @@ pub struct Ctx {
     /// A root probe is in flight (it may be stuck in the kernel): at most one at a time.
     pub probing: Arc<AtomicBool>,
     pub downloads: Downloads,
+    /// Warning events on models that turn Failed here.
+    pub events: crate::events::Events,
 }
 
 impl Ctx {
@@ -89,6 +91,7 @@ impl Ctx {
         (fetch_workers, spec_bytes_max): (usize, usize),
     ) -> Ctx {
         Ctx {
+            events: crate::events::Events::new(client.clone(), node.clone()),
             client,
             node,
             namespace,
@@ -184,7 +187,12 @@ impl Agent {
             warn!(error = %e, "--record-trace: writing failed; recording stops");
             self.recorder = None;
         }
-        output.notes.iter().for_each(log_note);
+        for note in &output.notes {
+            log_note(note);
+            if let Note::ModelFailed { key, uid, reason } = note {
+                self.ctx.events.failed(key, uid, reason);
+            }
+        }
         for effect in output.effects {
             dispatch(&self.ctx, effect);
         }

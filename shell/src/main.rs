@@ -6,6 +6,7 @@ mod agent;
 mod credentials;
 mod download;
 mod downloads;
+mod events;
 mod fsgate;
 mod fsops;
 mod hf;

@@ -587,6 +587,7 @@ fn t6_rbac_is_enough_and_no_more() {
         &["update", "configmaps", "-n", "ome"],
         &["create", "configmaps", "-n", "ome"],
         &["get", "secrets", "-n", "ome"],
+        &["create", "events", "-n", "default"],
     ] {
         assert!(can(allowed), "the agent needs {allowed:?}");
     }
@@ -601,6 +602,8 @@ fn t6_rbac_is_enough_and_no_more() {
         &["patch", "clusterbasemodels.ome.io"],
         &["patch", "basemodels.ome.io", "--all-namespaces"],
         &["delete", "nodes"],
+        &["delete", "events", "-n", "default"],
+        &["update", "events", "-n", "default"],
     ] {
         assert!(!can(denied), "the agent must not be able to {denied:?}");
     }

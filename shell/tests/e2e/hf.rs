@@ -162,6 +162,21 @@ fn t15_hf_token_from_a_secret_and_a_gated_repo_without_one_fails_with_the_reason
     wait_until("the gated repo Failed", Duration::from_secs(60), || status(n, "e2e-hf-gated") == "Failed");
     let reason = entry(n, "e2e-hf-gated")["reason"].as_str().unwrap_or_default().to_string();
     assert!(reason.contains("gated"), "{reason}");
+    // `kubectl describe` shows why, and on which node: a Warning event on the model.
+    wait_until("a Failed event on the gated model", Duration::from_secs(30), || {
+        let selector = "involvedObject.kind=ClusterBaseModel,involvedObject.name=e2e-hf-gated";
+        let out = kubectl(&["get", "events", "-n", "default", "--field-selector", selector, "-o", "json"]);
+        let events: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+        events["items"].as_array().is_some_and(|items| {
+            items.iter().any(|e| {
+                e["reason"] == "FailedOnNode"
+                    && e["type"] == "Warning"
+                    && e["message"]
+                        .as_str()
+                        .is_some_and(|m| m.starts_with(&format!("node {n}: ")) && m.contains("gated"))
+            })
+        })
+    });
     wait_until("a missing Secret Failed", Duration::from_secs(60), || status(n, "e2e-hf-nosecret") == "Failed");
     let reason = entry(n, "e2e-hf-nosecret")["reason"].as_str().unwrap_or_default().to_string();
     assert!(reason.contains("Secret ome/e2e-hf-missing") && reason.contains("not found"), "{reason}");
