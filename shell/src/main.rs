@@ -45,6 +45,7 @@ USAGE: model-agent [FLAGS]     (env NODE_NAME is required)
                                ENDPOINT; token from HF_TOKEN); progress on stderr, a JSON line
                                {commit, files, bytes_total, bytes_fetched, seconds} on stdout
 
+  --version, -V                    print the version and exit
   --port N                         health and metrics port (8080)
   --metrics-bind-address IP        address the health and metrics server binds (0.0.0.0, every
                                    address; 127.0.0.1 keeps /metrics, which names models, on the node)
@@ -242,6 +243,10 @@ fn main() -> ExitCode {
     if args.first().is_some_and(|a| a == "download") {
         return download::run_download_command(args.split_off(1));
     }
+    if args.iter().any(|a| a == "--version" || a == "-V") {
+        println!("{}", version());
+        return ExitCode::SUCCESS;
+    }
     let cli = match parse_cli(args) {
         Ok(c) => c,
         Err(e) => {
@@ -298,6 +303,11 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// `model-agent <version>`, as `--version` prints it.
+fn version() -> String {
+    format!("model-agent {}", env!("CARGO_PKG_VERSION"))
 }
 
 /// A CA bundle or a proxy that cannot be used fails the start, not every download later.

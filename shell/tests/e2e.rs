@@ -609,6 +609,15 @@ fn t6_rbac_is_enough_and_no_more() {
     }
 }
 
+/// `--version` prints the version and exits 0, with no NODE_NAME and no cluster.
+#[test]
+fn version_is_printed_without_a_cluster() {
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_model-agent")).arg("--version").env_remove("NODE_NAME").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("model-agent {}\n", env!("CARGO_PKG_VERSION")));
+}
+
 /// NODE_NAME is required, with a clear error.
 #[test]
 fn node_name_is_required() {
