@@ -5,7 +5,7 @@
 //! bounded queue each way, the loop waited on the writer while the writer waited on the loop).
 
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -389,13 +389,12 @@ async fn verify_local(c: &Ctx, id: EffectId, key: &ModelKey, path: &str, parse_m
 
 /// `Op::FillSpec`: the directory's metadata again, then the live model's empty fields filled.
 async fn fill_spec(c: &Ctx, id: EffectId, key: &ModelKey, uid: &str, dir: &str) -> Input {
-    let (what, path, root) = (format!("reading the metadata of {dir}"), PathBuf::from(dir), c.root.clone());
     // Parses take a fetch permit, as checks and downloads do: many fills after a restart must
     // not fill the filesystem gate and starve the root probe.
     let permit = c.fetches.acquire().await;
-    let parsed = c.fs.call(&what, fsgate::PARSE_DEADLINE, move || modelfiles::parse(&root, &path)).await;
+    let parsed = read_metadata(c, dir, modelfiles::parse).await;
     drop(permit);
-    let result = match parsed.and_then(|r| r) {
+    let result = match parsed {
         Err(reason) => Ok(format!("nothing to fill: {reason}")),
         Ok(metadata) => {
             let _permit = c.reads.acquire().await;
@@ -412,16 +411,23 @@ async fn fill_spec(c: &Ctx, id: EffectId, key: &ModelKey, uid: &str, dir: &str) 
 /// What the config files in `dir` say, for the model's Ready entry; none (logged) when they say
 /// nothing usable, which never fails the model.
 pub async fn model_metadata(c: &Ctx, key: &ModelKey, dir: &str) -> Option<Box<ModelConfig>> {
-    let (what, path) = (format!("reading the metadata of {dir}"), PathBuf::from(dir));
-    let root = c.root.clone();
-    let result = c.fs.call(&what, fsgate::PARSE_DEADLINE, move || modelfiles::model_config(&root, &path)).await;
-    match result.and_then(|r| r) {
+    match read_metadata(c, dir, modelfiles::model_config).await {
         Ok(config) => Some(Box::new(config)),
         Err(reason) => {
             info!(model = %key, dir, reason = %reason, "Ready without metadata in its entry");
             None
         }
     }
+}
+
+/// `read` (the models root, the directory) on the filesystem gate, within the parse deadline.
+async fn read_metadata<T: Send + 'static>(
+    c: &Ctx,
+    dir: &str,
+    read: fn(&Path, &Path) -> Result<T, String>,
+) -> Result<T, String> {
+    let (what, path, root) = (format!("reading the metadata of {dir}"), PathBuf::from(dir), c.root.clone());
+    c.fs.call(&what, fsgate::PARSE_DEADLINE, move || read(&root, &path)).await.and_then(|r| r)
 }
 
 fn outcome(result: Result<(), String>) -> Outcome {

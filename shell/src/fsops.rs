@@ -94,7 +94,7 @@ fn open_root(root: &Path) -> Result<OwnedFd, String> {
 }
 
 /// Open a directory `rel` beneath `root_fd`, one component at a time, refusing symlinks.
-fn open_beneath(root_fd: &OwnedFd, rel: &str) -> Result<OwnedFd, String> {
+pub(crate) fn open_beneath(root_fd: &OwnedFd, rel: &str) -> Result<OwnedFd, String> {
     let mut fd = root_fd.try_clone().map_err(|e| e.to_string())?;
     for c in rel.split('/').filter(|c| !c.is_empty() && *c != ".") {
         if c == ".." {

@@ -44,18 +44,11 @@ impl FdModelFiles {
             let real = std::fs::canonicalize(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
             return FdModelFiles::open(&real, deadline);
         };
-        let flags = OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_RDONLY;
-        let shown = |e: nix::errno::Errno| format!("{}: {e}", dir.display());
-        let mut fd =
+        let rel = rel.to_str().ok_or_else(|| format!("{}: not UTF-8", dir.display()))?;
+        let root =
             nix::fcntl::open(models_root, OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | OFlag::O_RDONLY, Mode::empty())
                 .map_err(|e| format!("{}: {e}", models_root.display()))?;
-        for component in rel.components() {
-            let std::path::Component::Normal(name) = component else {
-                return Err(format!("{}: not a plain path beneath the models root", dir.display()));
-            };
-            fd = openat(fd.as_fd(), name, flags, Mode::empty()).map_err(shown)?;
-        }
-        Ok(FdModelFiles { root: fd, deadline })
+        Ok(FdModelFiles { root: crate::fsops::open_beneath(&root, rel)?, deadline })
     }
 
     fn check_deadline(&self) -> Result<(), FsError> {
