@@ -22,7 +22,7 @@ use model_agent_core::{Instant, State, trace};
 use crate::downloads::{self, Downloads};
 use crate::kubeio::{self, Write};
 use crate::metrics::{CoreGauges, Metrics};
-use crate::{fsgate, fsops, http, modelfiles};
+use crate::{fsgate, fsops, http, links, modelfiles};
 
 /// Inputs from the watchers queued for the core at most; a watcher waits when it is full, which
 /// holds back its stream from the API server. Nothing else waits on the loop.
@@ -275,12 +275,33 @@ fn dispatch(ctx: &Ctx, Effect { id, op }: Effect) {
         Op::VerifyLocal { key, path, parse_metadata, .. } => {
             spawn(ctx, async move |c: Ctx| Some(verify_local(&c, id, &key, &path, parse_metadata).await))
         }
-        Op::Download { key, uid, storage_uri, dest, parse_metadata } => {
+        Op::Download { key, uid, storage_uri, dest, parse_metadata, co_owners } => {
             let cancel = ctx.downloads.register(id);
-            let request = downloads::Request { id, key, uid, storage_uri, dest, parse_metadata };
+            let request = downloads::Request { id, key, uid, storage_uri, dest, parse_metadata, co_owners };
             spawn(ctx, async move |c: Ctx| downloads::execute(c, request, cancel).await)
         }
         Op::CancelDownload { download } => ctx.downloads.cancel(download),
+        Op::Resolve { key, uid, storage_uri, link } => {
+            spawn(ctx, async move |c: Ctx| Some(downloads::resolve(&c, id, &key, &uid, &storage_uri, &link).await))
+        }
+        Op::Link { link, copy, .. } => spawn(ctx, async move |c: Ctx| {
+            let root = c.root.clone();
+            let what = format!("linking {link} to {copy}");
+            let result = c.fs.call(&what, fsgate::TRASH_DEADLINE, move || links::make_link(&root, &link, &copy)).await;
+            let outcome = match result.and_then(|r| r) {
+                Ok(links::Linked::Made | links::Linked::AlreadyThere) => Outcome::Done,
+                Ok(links::Linked::Occupied(reason)) => Outcome::Occupied(reason),
+                Err(e) => Outcome::Failed(e),
+            };
+            Some(Input::EffectDone { id, outcome })
+        }),
+        Op::Unlink { link, copy, .. } => spawn(ctx, async move |c: Ctx| {
+            let root = c.root.clone();
+            let what = format!("removing the link {link} to {copy}");
+            let result =
+                c.fs.call(&what, fsgate::TRASH_DEADLINE, move || links::remove_link(&root, &link, &copy)).await;
+            Some(Input::EffectDone { id, outcome: outcome(result.and_then(|r| r).map(|_| ())) })
+        }),
         Op::FillSpec { key, uid, dir } => {
             spawn(ctx, async move |c: Ctx| Some(fill_spec(&c, id, &key, uid.as_str(), &dir).await))
         }
@@ -379,7 +400,7 @@ async fn verify_local(c: &Ctx, id: EffectId, key: &ModelKey, path: &str, parse_m
     let outcome = match result {
         Ok(()) if parse_metadata => {
             let metadata = model_metadata(c, key, path).await;
-            let result = DownloadResult::Done { commit: String::new(), metadata };
+            let result = DownloadResult::Done { commit: String::new(), metadata, bytes: 0 };
             Outcome::Downloaded(DownloadEnd { marked: false, result })
         }
         result => outcome(result),
@@ -499,6 +520,9 @@ fn log_note(note: &Note) {
         Note::KeyCollision { key, uid, owner } => {
             let reason = model_agent_core::machine::collision_reason(key, owner);
             warn!(model = %key, uid = %uid, owner = %owner, reason = %reason, "model failed on this node: its label key collides")
+        }
+        Note::LinkRefused { key, uid, reason } => {
+            warn!(model = %key, uid = %uid, reason = %reason, "something else is at the model's path: it downloads its own copy there instead of linking to the shared one")
         }
     }
 }

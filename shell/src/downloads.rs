@@ -69,6 +69,8 @@ pub struct Request {
     pub dest: DestPath,
     /// Read the downloaded config files for the Ready entry's metadata.
     pub parse_metadata: bool,
+    /// Other uids sharing `dest`: a marker naming any of them is accepted, and then names all.
+    pub co_owners: Vec<Uid>,
 }
 
 /// Runs in the loop's task for the effect (counted in flight).
@@ -120,6 +122,7 @@ async fn run(c: &Ctx, request: &Request, cancel: watch::Receiver<bool>) -> Ended
         dest_rel,
         uid: request.uid.as_str().to_string(),
         key: request.key.to_string(),
+        co_owners: request.co_owners.iter().map(|u| u.as_str().to_string()).collect(),
         repo_id,
         revision,
         token,
@@ -127,6 +130,48 @@ async fn run(c: &Ctx, request: &Request, cancel: watch::Receiver<bool>) -> Ended
     let (options, outcomes, id) = (c.downloads.options.clone(), c.outcomes.clone(), request.id);
     let work = c.downloads.runtime.spawn(download_reporting(job, options, (outcomes, id), cancel));
     work.await.unwrap_or_else(|e| failed(format!("the download task ended abnormally: {e}")))
+}
+
+/// `Op::Resolve`: the commit an `hf://` revision points at now (`Outcome::Resolved`). When the Hub
+/// cannot answer (network, stall, 5xx, 429), the copy that the model's symlink already points at
+/// stands in if it is complete (the stored-manifest rule of `download`), so that a Ready shared
+/// model does not go Failed because the Hub is down.
+pub async fn resolve(c: &Ctx, id: EffectId, key: &ModelKey, uid: &Uid, storage_uri: &str, link: &str) -> Input {
+    let failed = |reason: String, retry_after_ms: Option<u64>| {
+        let result = DownloadResult::Failed { reason, retry_after_ms };
+        Input::EffectDone { id, outcome: Outcome::Downloaded(DownloadEnd { marked: false, result }) }
+    };
+    let (repo_id, revision) = match StorageUri::parse(storage_uri) {
+        Ok(StorageUri::HuggingFace { org, repo, revision }) => (format!("{org}/{repo}"), revision),
+        Ok(_) => return failed(format!("{storage_uri} has no revision to resolve"), None),
+        Err(e) => return failed(e.to_string(), None),
+    };
+    let token = match crate::credentials::hf_token(&c.client, key, uid.as_str(), &c.namespace).await {
+        Ok(token) => token,
+        Err(reason) => return failed(reason, None),
+    };
+    let (options, repo) = (c.downloads.options.clone(), repo_id.clone());
+    let work = c.downloads.runtime.spawn(async move { download::resolve(&options, token, &repo, &revision).await });
+    let answer = work
+        .await
+        .unwrap_or_else(|e| Err(DownloadError::NotStarted(format!("the resolve task ended abnormally: {e}"))));
+    match answer {
+        Ok(commit) => Input::EffectDone { id, outcome: Outcome::Resolved { commit } },
+        Err(error) if error.unreachable() => {
+            let (root, link) = (c.root.clone(), link.to_string());
+            let kept = c.fs.call("reading the model's link", crate::fsgate::VERIFY_DEADLINE, move || {
+                download::complete_copy_of_link(&root, &link, &repo_id)
+            });
+            match kept.await {
+                Ok(Some(commit)) => {
+                    info!(model = %key, commit = %commit, reason = %error, "the Hub cannot answer; the linked shared copy is complete and stands in");
+                    Input::EffectDone { id, outcome: Outcome::Resolved { commit } }
+                }
+                _ => failed(error.reason(), error.retry_after_ms()),
+            }
+        }
+        Err(error) => failed(error.reason(), error.retry_after_ms()),
+    }
 }
 
 /// The engine, with its progress reports sent to the core as `Input::DownloadProgress`.
@@ -160,7 +205,7 @@ fn wire_progress(p: &Progress) -> DownloadProgress {
 
 fn core_end(end: Ended, metadata: Option<Box<ModelConfig>>) -> DownloadEnd {
     let result = match end.result {
-        Ok(finished) => DownloadResult::Done { commit: finished.commit, metadata },
+        Ok(finished) => DownloadResult::Done { commit: finished.commit, metadata, bytes: finished.bytes_total },
         Err(DownloadError::Cancelled) => DownloadResult::Cancelled,
         Err(error) => DownloadResult::Failed { reason: error.reason(), retry_after_ms: error.retry_after_ms() },
     };

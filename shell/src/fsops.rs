@@ -82,11 +82,33 @@ pub fn verify_local(path: &Path) -> Result<(), String> {
     access(path, AccessFlags::R_OK | AccessFlags::X_OK).map_err(|e| format!("{}: not readable: {e}", path.display()))
 }
 
-/// The marker's content.
+/// The marker's content. A directory that several models share (same source, same path) names
+/// every owner: `uid` first, the others in `co_owners` (absent from a marker of one owner, so
+/// markers written before sharing read the same).
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct Marker {
     pub uid: String,
     pub key: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub co_owners: Vec<String>,
+}
+
+impl Marker {
+    pub fn new(uid: &str, key: &str, co_owners: &[String]) -> Marker {
+        let mut co_owners: Vec<String> = co_owners.iter().filter(|u| *u != uid).cloned().collect();
+        co_owners.sort();
+        co_owners.dedup();
+        Marker { uid: uid.to_string(), key: key.to_string(), co_owners }
+    }
+
+    /// Every uid the marker names.
+    pub fn uids(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.uid.as_str()).chain(self.co_owners.iter().map(String::as_str))
+    }
+
+    pub fn names(&self, uid: &str) -> bool {
+        self.uids().any(|u| u == uid)
+    }
 }
 
 fn open_root(root: &Path) -> Result<OwnedFd, String> {
@@ -99,6 +121,23 @@ pub(crate) fn open_beneath(root_fd: &OwnedFd, rel: &str) -> Result<OwnedFd, Stri
     for c in rel.split('/').filter(|c| !c.is_empty() && *c != ".") {
         if c == ".." {
             return Err(format!("{rel:?} contains '..'"));
+        }
+        fd = openat(fd.as_fd(), c, DIR_FLAGS, Mode::empty()).map_err(|e| format!("{rel}: component {c:?}: {e}"))?;
+    }
+    Ok(fd)
+}
+
+/// Open directory `rel` beneath `root_fd`, creating what is missing, one component at a time,
+/// refusing symlinks.
+pub(crate) fn create_beneath(root_fd: &OwnedFd, rel: &str) -> Result<OwnedFd, String> {
+    let mut fd = root_fd.try_clone().map_err(|e| e.to_string())?;
+    for c in rel.split('/').filter(|c| !c.is_empty() && *c != ".") {
+        if c == ".." {
+            return Err(format!("{rel:?} contains '..'"));
+        }
+        match mkdirat(fd.as_fd(), c, Mode::from_bits_truncate(0o755)) {
+            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(e) => return Err(format!("{rel}: mkdir {c:?}: {e}")),
         }
         fd = openat(fd.as_fd(), c, DIR_FLAGS, Mode::empty()).map_err(|e| format!("{rel}: component {c:?}: {e}"))?;
     }
@@ -130,17 +169,7 @@ pub(crate) fn read_marker_in(dir: &OwnedFd, rel: &str) -> Result<Option<Marker>,
 #[cfg_attr(not(test), allow(dead_code, reason = "the downloader writes markers; no scheme has one built in yet"))]
 pub fn write_marker(root: &Path, rel: &str, marker: &Marker) -> Result<(), String> {
     let root_fd = open_root(root)?;
-    let mut fd = root_fd.try_clone().map_err(|e| e.to_string())?;
-    for c in rel.split('/').filter(|c| !c.is_empty() && *c != ".") {
-        if c == ".." {
-            return Err(format!("{rel:?} contains '..'"));
-        }
-        match mkdirat(fd.as_fd(), c, Mode::from_bits_truncate(0o755)) {
-            Ok(()) | Err(Errno::EEXIST) => {}
-            Err(e) => return Err(format!("{rel}: mkdir {c:?}: {e}")),
-        }
-        fd = openat(fd.as_fd(), c, DIR_FLAGS, Mode::empty()).map_err(|e| format!("{rel}: component {c:?}: {e}"))?;
-    }
+    let fd = create_beneath(&root_fd, rel)?;
     let tmp = format!("{MARKER}.tmp");
     let file = openat(
         fd.as_fd(),
@@ -176,7 +205,7 @@ pub fn trash_dir(root: &Path, rel: &str, uid: &Uid, trash_name: &str) -> Result<
         Err(e) => return Err(format!("{rel}: {e}")),
     };
     match read_marker_in(&dir, rel)? {
-        Some(m) if m.uid == uid.as_str() => {}
+        Some(m) if m.names(uid.as_str()) => {}
         Some(m) => return Err(format!("{rel} belongs to uid {}, not {uid}: left alone", m.uid)),
         None => return Err(format!("{rel} has no ownership marker: left alone")),
     }
@@ -328,7 +357,7 @@ pub fn scan(root: &Path) -> (Vec<OwnedDir>, Vec<String>) {
             }
             if name == MARKER {
                 if let Ok(Some(m)) = read_marker_in(&dir, &rel) {
-                    owned.push(OwnedDir { path: rel.clone(), uid: Uid::new(&m.uid) });
+                    owned.extend(m.uids().map(|uid| OwnedDir { path: rel.clone(), uid: Uid::new(uid) }));
                 }
             } else if depth < SCAN_DEPTH_MAX && is_dir_entry(&dir, &name, kind) {
                 let child = if rel.is_empty() { name } else { format!("{rel}/{name}") };
@@ -371,7 +400,7 @@ mod tests {
     }
 
     fn marker(uid: &str) -> Marker {
-        Marker { uid: uid.into(), key: "ClusterBaseModel/m".into() }
+        Marker::new(uid, "ClusterBaseModel/m", &[])
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod hf;
 mod http;
 mod kubeio;
 mod lean_model;
+mod links;
 mod metrics;
 mod modelfiles;
 

@@ -8,7 +8,8 @@ use super::*;
 pub(super) struct OrphanCheck {
     pub(super) labels: Vec<String>,
     pub(super) entries: Vec<(String, Option<Uid>)>,
-    pub(super) dirs: Vec<OwnedDir>,
+    /// Directories with their marker's uids, none of them known.
+    pub(super) dirs: Vec<(String, Vec<Uid>)>,
     pub(super) lists: [Option<EffectId>; 2],
     pub(super) listed: [Option<Arc<Vec<ModelObject>>>; 2],
 }
@@ -20,6 +21,9 @@ impl State {
 
     pub(super) fn on_snapshot(&mut self, st: &mut Step, requested_seq: u64, snap: DriftSnapshot) {
         let claimed = self.observe_snapshot(st, requested_seq, &snap);
+        for dir in &snap.owned_dirs {
+            shared::marked(&mut self.dirs, &dir.path, [dir.uid.clone()]);
+        }
         for name in &snap.trash {
             if !self.trash.contains_key(name) {
                 let purge_at = st.now.plus_ms(self.config.trash_grace_ms);
@@ -83,7 +87,7 @@ impl State {
                 })
                 .map(|(k, e)| (k.clone(), e.uid.clone()))
                 .collect(),
-            dirs: snap.owned_dirs.iter().filter(|d| !claimed.uids.contains(&d.uid)).cloned().collect(),
+            dirs: unclaimed_dirs(&snap.owned_dirs, &claimed.uids, &self.dirs),
             ..OrphanCheck::default()
         };
         let any = !check.labels.is_empty() || !check.entries.is_empty() || !check.dirs.is_empty();
@@ -123,7 +127,7 @@ impl State {
             uids.extend(slot.all().map(|i| i.uid().clone()));
         }
         for label_key in check.labels.iter().filter(|l| !labels.contains(*l)) {
-            self.emit(st, Op::RemoveOrphanLabel { label_key: label_key.clone() }, Some(Owner::Orphan));
+            self.emit(st, Op::RemoveOrphanLabel { label_key: label_key.clone() }, Some(Owner::Orphan { dir: None }));
         }
         for (cm_key, uid) in &check.entries {
             let orphan = match uid {
@@ -131,15 +135,66 @@ impl State {
                 None => !entries.contains(cm_key),
             };
             if orphan {
-                self.emit(st, Op::RemoveOrphanEntry { cm_key: cm_key.clone(), uid: uid.clone() }, Some(Owner::Orphan));
+                self.emit(
+                    st,
+                    Op::RemoveOrphanEntry { cm_key: cm_key.clone(), uid: uid.clone() },
+                    Some(Owner::Orphan { dir: None }),
+                );
             }
         }
-        for dir in check.dirs.iter().filter(|d| !uids.contains(&d.uid)) {
-            let trash_name = format!("{}-{}", dir.uid, st.now.as_ms());
-            let op = Op::TrashDir { key: None, uid: dir.uid.clone(), path: dir.path.clone(), trash_name };
-            self.emit(st, op, Some(Owner::Orphan));
+        let listed: Vec<&ModelObject> = check.listed.iter().flatten().flat_map(|v| v.iter()).collect();
+        for (path, marker_uids) in &check.dirs {
+            if marker_uids.iter().any(|u| uids.contains(u)) || self.dirs.contains_key(path.as_str()) {
+                continue;
+            }
+            if shared::copy_parts(path).is_some() && self.copy_may_be_used(&listed, path) {
+                continue;
+            }
+            let uid = marker_uids[0].clone();
+            let trash_name = format!("{uid}-{}", st.now.as_ms());
+            let dir: Arc<str> = Arc::from(path.as_str());
+            self.dirs_trashing.insert(dir.clone());
+            let op = Op::TrashDir { key: None, uid, path: path.clone(), trash_name };
+            self.emit(st, op, Some(Owner::Orphan { dir: Some(dir) }));
         }
     }
+
+    /// May a model placed here, listed now or known, use the copy `rel` (`shared::may_use_copy`)?
+    fn copy_may_be_used(&self, listed: &[&ModelObject], rel: &str) -> bool {
+        let node = self.node.as_deref();
+        let placed = |obj: &ModelObject| match (obj.spec(), node) {
+            (Some(spec), Some(node)) => placement(spec, node).is_eligible(),
+            _ => true,
+        };
+        let known_commit = |obj: &ModelObject| {
+            let inc = self.slots.get(&obj.key)?.all().find(|i| *i.uid() == obj.uid)?;
+            inc.resolved_for(&obj.spec()?.storage_uri).map(str::to_string)
+        };
+        let listed_uses = listed.iter().any(|o| placed(o) && shared::may_use_copy(o, known_commit(o).as_deref(), rel));
+        listed_uses
+            || self.slots.values().flat_map(|s| s.all()).any(|i| {
+                matches!(i.life, Life::Observed | Life::PendingConfirm { .. })
+                    && placed(&i.obj)
+                    && shared::may_use_copy(&i.obj, known_commit(&i.obj).as_deref(), rel)
+            })
+    }
+}
+
+/// Directories whose marker names no known uid and that no known model uses, grouped by path.
+fn unclaimed_dirs(
+    owned: &[OwnedDir],
+    claimed: &FxHashSet<Uid>,
+    dirs: &Map<Arc<str>, Arc<shared::DirUse>>,
+) -> Vec<(String, Vec<Uid>)> {
+    let mut by_path: BTreeMap<&str, Vec<Uid>> = BTreeMap::new();
+    for d in owned {
+        by_path.entry(d.path.as_str()).or_default().push(d.uid.clone());
+    }
+    by_path
+        .into_iter()
+        .filter(|(path, uids)| !uids.iter().any(|u| claimed.contains(u)) && !dirs.contains_key(*path))
+        .map(|(path, uids)| (path.to_string(), uids))
+        .collect()
 }
 
 /// What a snapshot shows under one model's keys.

@@ -88,7 +88,7 @@ impl State {
     fn inc_inflight_invariants(&self, key: &ModelKey, inc: &Incarnation) -> Result<(), String> {
         // Paired with `emit_actions`: a download's run is the incarnation's effect in flight.
         if let Some(run) = &inc.download
-            && (inc.inflight != Some(run.id) || !matches!(run.plan, Plan::Download { .. }))
+            && (inc.inflight != Some(run.id) || run.plan.fetch_into().is_none())
         {
             return Err(format!("{key} {}: download {:?} is not its effect in flight", inc.uid(), run.id));
         }

@@ -153,6 +153,13 @@ pub enum Outcome {
     /// How an `Op::Download` or an `Op::VerifyLocal` ended (a plain `Done` or `Failed` is
     /// also accepted for either).
     Downloaded(DownloadEnd),
+    /// The commit an `Op::Resolve` found.
+    Resolved {
+        commit: String,
+    },
+    /// `Op::Link` found something else at the link's path (a directory, a file, another link):
+    /// left alone, and the model downloads its own copy there.
+    Occupied(String),
 }
 
 /// How a download ended, and what it left on disk.
@@ -174,6 +181,9 @@ pub enum DownloadResult {
         commit: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         metadata: Option<Box<ModelConfig>>,
+        /// The bytes of every file of the model (for the shared copies' metrics).
+        #[serde(default)]
+        bytes: u64,
     },
     /// The source may ask to wait at least `retry_after_ms` (a 429's `Retry-After`, a gated repo).
     Failed { reason: String, retry_after_ms: Option<u64> },
@@ -361,7 +371,22 @@ pub enum Op {
         dest: DestPath,
         #[serde(default)]
         parse_metadata: bool,
+        /// Other models sharing `dest` (same source, same directory): a marker naming any of
+        /// them, or `uid`, is accepted, and the marker then names all of them.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        co_owners: Vec<Uid>,
     },
+    /// Resolve an `hf://` revision to its commit (`Outcome::Resolved`). When the source cannot
+    /// answer, the shell may answer with the commit of the copy the symlink at `link` (beneath
+    /// the root) points to, if that copy is complete.
+    Resolve { key: ModelKey, uid: Uid, storage_uri: String, link: String },
+    /// Make `link` (beneath the root) a relative symlink to the shared copy `copy` (beneath
+    /// the root), only where nothing exists; the same link already there is `Done`, anything
+    /// else `Outcome::Occupied`.
+    Link { key: ModelKey, uid: Uid, link: String, copy: String },
+    /// Destructive. Remove the symlink `link` only if it still points to `copy`; anything else
+    /// there is left alone (`Done`).
+    Unlink { key: ModelKey, uid: Uid, link: String, copy: String },
     /// Fill the empty metadata fields of the live model's spec (if it is still `uid`) from the
     /// config files in `dir`, with a merge patch that carries the resourceVersion read, so that
     /// of all nodes one write wins. Nothing to fill, or a model gone, is `Done`; a failure is
@@ -390,6 +415,7 @@ impl Op {
         matches!(
             self,
             Op::Unpublish { .. }
+                | Op::Unlink { .. }
                 | Op::TrashDir { .. }
                 | Op::PurgeTrash { .. }
                 | Op::RemoveOrphanLabel { .. }
@@ -448,4 +474,6 @@ pub enum Note {
     /// This model's label key or ConfigMap key is also `owner`'s, which ranks first: this model
     /// writes nothing on this node (`collision_reason` says why) until the key is free.
     KeyCollision { key: ModelKey, uid: Uid, owner: ModelKey },
+    /// Something else is at a `ReuseIfExists` model's path: it downloads its own copy there.
+    LinkRefused { key: ModelKey, uid: Uid, reason: String },
 }

@@ -16,6 +16,7 @@ mod readiness;
 mod reads;
 pub mod records;
 mod settle;
+pub mod shared;
 pub mod tables;
 mod timers;
 mod views;
@@ -49,13 +50,38 @@ use crate::wire::{self, ModelStatus};
 /// Who waits for an effect's outcome.
 #[derive(Clone, Debug)]
 enum Owner {
-    Inc { key: ModelKey, uid: Uid, what: IncOp },
-    Get { key: ModelKey, deadline: Instant, sent: Sent },
-    List { kind: Kind, keys: Arc<Vec<ModelKey>>, purpose: ListPurpose, deadline: Instant, sent: Sent },
-    NodeGet { deadline: Instant, sent: Sent },
-    Snapshot { requested_seq: u64 },
-    Purge { name: String },
-    Orphan,
+    Inc {
+        key: ModelKey,
+        uid: Uid,
+        what: IncOp,
+    },
+    Get {
+        key: ModelKey,
+        deadline: Instant,
+        sent: Sent,
+    },
+    List {
+        kind: Kind,
+        keys: Arc<Vec<ModelKey>>,
+        purpose: ListPurpose,
+        deadline: Instant,
+        sent: Sent,
+    },
+    NodeGet {
+        deadline: Instant,
+        sent: Sent,
+    },
+    Snapshot {
+        requested_seq: u64,
+    },
+    Purge {
+        name: String,
+    },
+    /// An orphan's removal; `dir` when it trashes a directory (nothing is fetched into it
+    /// until the outcome).
+    Orphan {
+        dir: Option<Arc<str>>,
+    },
 }
 
 /// Why a LIST was sent: to answer pending candidates only, or also for the orphan sweep.
@@ -93,6 +119,8 @@ enum TimerKey {
     NodeReadRetry,
     RootProbe,
     Drift,
+    /// A snapshot soon after a shared copy lost its last member (the orphan sweep decides).
+    Sweep,
     Purge(String),
 }
 
@@ -153,6 +181,12 @@ pub struct State {
     drift_started: bool,
     snapshot_inflight: Option<EffectId>,
     orphan_check: Option<Arc<OrphanCheck>>,
+    /// Who uses each directory beneath the root that a download writes into or a model owns.
+    dirs: Map<Arc<str>, Arc<shared::DirUse>>,
+    /// Directories an orphan sweep is moving to the trash.
+    dirs_trashing: Set<Arc<str>>,
+    /// A `TimerKey::Sweep` is set.
+    sweep_set: bool,
     shutting_down: bool,
     stats: Stats,
     /// Effects over `effects_per_step_max` wait here, in order, for the next step; a non-empty
@@ -195,6 +229,10 @@ struct Step {
     notes: Vec<Note>,
     /// Models this step touched (deduplicated when the step settles; usually one).
     dirty: Vec<ModelKey>,
+    /// A shared copy lost its last member this step: a snapshot follows soon.
+    copy_released: bool,
+    /// Models whose directory's membership changed this step: they decide again.
+    dir_affected: Vec<ModelKey>,
 }
 
 impl State {
@@ -219,6 +257,9 @@ impl State {
             drift_started: false,
             snapshot_inflight: None,
             orphan_check: None,
+            dirs: Map::default(),
+            dirs_trashing: Set::default(),
+            sweep_set: false,
             shutting_down: false,
             stats: Stats::default(),
             backlog: imbl::Vector::new(),
@@ -283,6 +324,8 @@ impl State {
             out: Vec::new(),
             notes: Vec::new(),
             dirty: Vec::new(),
+            copy_released: false,
+            dir_affected: Vec::new(),
         };
         if !self.started {
             self.started = true;
@@ -459,5 +502,7 @@ mod tests_bounds;
 mod tests_collisions;
 #[cfg(test)]
 mod tests_downloads;
+#[cfg(test)]
+mod tests_shared;
 #[cfg(test)]
 mod tests_views;

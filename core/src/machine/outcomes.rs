@@ -14,12 +14,21 @@ impl State {
                 self.inflight.remove(&id);
                 self.purge_done(st, id, name, outcome);
             }
-            Owner::Orphan => {
+            Owner::Orphan { dir } => {
                 self.inflight.remove(&id);
+                if let Some(dir) = dir {
+                    self.dirs_trashing.remove(&dir);
+                    // Whoever waited to fetch into it decides again.
+                    if let Some(using) = self.dirs.get(&dir) {
+                        st.dirty.extend(using.members.iter().map(|m| m.key.clone()));
+                    }
+                }
                 match outcome {
-                    Outcome::Done | Outcome::Downloaded(_) => self.stats.orphans_removed += 1,
+                    Outcome::Done | Outcome::Downloaded(_) | Outcome::Resolved { .. } => {
+                        self.stats.orphans_removed += 1
+                    }
                     // The next drift pass finds it again.
-                    Outcome::Failed(reason) => {
+                    Outcome::Failed(reason) | Outcome::Occupied(reason) => {
                         self.stats.effects_failed += 1;
                         let retry_in_ms = self.config.drift_period_ms;
                         st.notes.push(Note::EffectFailed { id, reason, retry_in_ms });
@@ -41,29 +50,38 @@ impl State {
         outcome: Outcome,
     ) {
         let now = st.now;
-        let State { slots, config, prng, stats, trash, timers, .. } = self;
+        let State { slots, config, prng, stats, trash, timers, dirs, .. } = self;
         let Some(inc) = slots.get_mut(&key).map(Arc::make_mut).and_then(|s| s.find_mut(&uid)) else {
             return;
         };
         inc.inflight = None;
-        inc.download = None;
+        let run = inc.download.take();
         inc.changed_seq = st.seq;
         st.dirty.push(key.clone());
         match (outcome, what) {
-            (outcome, IncOp::Fetch { plan }) => fetch_done(inc, (config, prng), now, plan, outcome),
+            (outcome, IncOp::Fetch { plan }) => {
+                let co_owners = run.map(|r| r.co_owners).unwrap_or_default();
+                if let Some(dir) = fetch_done(inc, (config, prng), now, plan, outcome) {
+                    shared::marked(dirs, &dir, std::iter::once(uid.clone()).chain(co_owners));
+                }
+            }
+            (Outcome::Occupied(reason), IncOp::Link { link, .. }) => {
+                st.notes.push(Note::LinkRefused { key: key.clone(), uid: uid.clone(), reason });
+                inc.share_mut().refused_at = Some(link);
+            }
             // Best effort (the controller fills the same fields from the entry): a failure, logged
             // by the shell, is not retried for this incarnation and holds back nothing else.
             (Outcome::Failed(_), IncOp::FillSpec) => {
                 inc.spec_filled = true;
                 stats.effects_failed += 1;
             }
-            (Outcome::Failed(reason), _) => {
+            (Outcome::Failed(reason) | Outcome::Occupied(reason), _) => {
                 let delay = inc.failed_once(config, prng);
                 inc.blocked_until = Some(now.plus_ms(delay));
                 stats.effects_failed += 1;
                 st.notes.push(Note::EffectFailed { id, reason, retry_in_ms: delay });
             }
-            (Outcome::Done | Outcome::Downloaded(_), what) => {
+            (Outcome::Done | Outcome::Downloaded(_) | Outcome::Resolved { .. }, what) => {
                 inc.failures = 0;
                 match what {
                     IncOp::Publish { status, reason } => inc.published = Published::Status { status, reason },
@@ -75,6 +93,8 @@ impl State {
                         timers.insert((purge_at, TimerKey::Purge(name)));
                     }
                     IncOp::FillSpec => inc.spec_filled = true,
+                    IncOp::Link { link, copy } => inc.share_mut().link = Some((link, copy)),
+                    IncOp::Unlink => inc.share_mut().link = None,
                     IncOp::Fetch { .. } => unreachable!("matched by the first arm"),
                 }
             }
@@ -114,10 +134,10 @@ impl State {
     /// A purge that failed is tried again after the longest retry delay.
     fn purge_done(&mut self, st: &mut Step, id: EffectId, name: String, outcome: Outcome) {
         match outcome {
-            Outcome::Done | Outcome::Downloaded(_) => {
+            Outcome::Done | Outcome::Downloaded(_) | Outcome::Resolved { .. } => {
                 self.trash.remove(&name);
             }
-            Outcome::Failed(reason) => {
+            Outcome::Failed(reason) | Outcome::Occupied(reason) => {
                 let delay = self.config.retry_delay_ms_max;
                 self.trash.insert(name.clone(), st.now.plus_ms(delay));
                 self.set_timer(st.now.plus_ms(delay), TimerKey::Purge(name));
@@ -128,29 +148,41 @@ impl State {
     }
 }
 
-/// A check or a download ended. Failed: the model is Failed on this node (published, and noted,
-/// next) and fetched again after the backoff, or after the source's own delay when that is
-/// longer. Cancelled: nothing to wait for (the core asked; what follows decides).
-fn fetch_done(inc: &mut Incarnation, (config, prng): (&Config, &mut Prng), now: Instant, plan: Plan, outcome: Outcome) {
-    let dest = match &plan {
-        Plan::Download { dest, .. } => dest.beneath_root.clone(),
-        Plan::Verify { .. } => None,
-    };
+/// A check, a download or a resolve ended. Failed: the model is Failed on this node (published,
+/// and noted, next) and fetched again after the backoff, or after the source's own delay when
+/// that is longer. Cancelled: nothing to wait for (the core asked; what follows decides).
+/// Returns the directory now marked for this uid.
+fn fetch_done(
+    inc: &mut Incarnation,
+    (config, prng): (&Config, &mut Prng),
+    now: Instant,
+    plan: Plan,
+    outcome: Outcome,
+) -> Option<String> {
+    let dest = plan.fetch_into().map(|(_, dir)| dir.to_string());
     let (marked, result) = match outcome {
         // A plain outcome (the simulator's, or a trace's) for a download: marked when done.
-        Outcome::Done => (true, DownloadResult::Done { commit: String::new(), metadata: None }),
-        Outcome::Failed(reason) => (false, DownloadResult::Failed { reason, retry_after_ms: None }),
+        Outcome::Done => (true, DownloadResult::Done { commit: String::new(), metadata: None, bytes: 0 }),
+        Outcome::Failed(reason) | Outcome::Occupied(reason) => {
+            (false, DownloadResult::Failed { reason, retry_after_ms: None })
+        }
         Outcome::Downloaded(end) => (end.marked, end.result),
+        Outcome::Resolved { commit } => return resolved(inc, (config, prng), now, plan, commit),
     };
+    if let Plan::Resolve { .. } = plan
+        && let DownloadResult::Done { .. } = result
+    {
+        return resolved(inc, (config, prng), now, plan, String::new());
+    }
     if marked && dest.is_some() {
-        inc.owned_dir = dest;
+        inc.owned_dir = dest.clone();
     }
     match result {
-        DownloadResult::Done { commit, metadata } => {
+        DownloadResult::Done { commit, metadata, bytes } => {
             inc.failures = 0;
             let commit = Some(commit).filter(|c| !c.is_empty()).map(|c| Arc::from(c.as_str()));
             let metadata = metadata.filter(|m| wire::model_config_fits(m)).map(|m| Arc::new(*m));
-            inc.fetched = Fetched::Done { plan: Box::new(plan), commit, metadata };
+            inc.fetched = Fetched::Done { plan: Box::new(plan), commit, metadata, bytes };
         }
         DownloadResult::Failed { reason, retry_after_ms } => {
             let delay = inc.failed_once(config, prng).max(retry_after_ms.unwrap_or(0));
@@ -159,4 +191,31 @@ fn fetch_done(inc: &mut Incarnation, (config, prng): (&Config, &mut Prng), now: 
         }
         DownloadResult::Cancelled => inc.fetched = Fetched::No,
     }
+    dest.filter(|_| marked)
+}
+
+/// A revision resolved: the plan becomes the copy of that commit. A commit that cannot name a
+/// copy is the model's Failed reason, tried again after the backoff.
+fn resolved(
+    inc: &mut Incarnation,
+    (config, prng): (&Config, &mut Prng),
+    now: Instant,
+    plan: Plan,
+    commit: String,
+) -> Option<String> {
+    let Plan::Resolve { storage_uri } = &plan else {
+        let reason = Arc::from("a resolve answered an effect that was not one");
+        inc.fetched = Fetched::Failed { plan: Box::new(plan), reason, retry_at: now };
+        return None;
+    };
+    if !shared::is_commit(&commit) {
+        let delay = inc.failed_once(config, prng);
+        let reason = Arc::from(format!("resolving {storage_uri} gave {commit:?}, not a commit").as_str());
+        inc.fetched = Fetched::Failed { plan: Box::new(plan), reason, retry_at: now.plus_ms(delay) };
+        return None;
+    }
+    inc.share_mut().resolved = Some((storage_uri.clone(), commit));
+    inc.failures = 0;
+    inc.fetched = Fetched::No;
+    None
 }

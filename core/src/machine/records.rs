@@ -85,6 +85,9 @@ pub enum Fetched {
         /// What the model's config files say (at most `wire::MODEL_CONFIG_BYTES_MAX` as JSON).
         #[serde(default)]
         metadata: Option<Arc<crate::wire::ModelConfig>>,
+        /// The bytes of every file (0 for a check).
+        #[serde(default)]
+        bytes: u64,
     },
     Failed {
         plan: Box<Plan>,
@@ -96,8 +99,52 @@ pub enum Fetched {
 /// How the weights are made available; a changed plan (new URI or path) fetches again.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Plan {
-    Verify { path: String },
-    Download { storage_uri: String, dest: DestPath },
+    Verify {
+        path: String,
+    },
+    Download {
+        storage_uri: String,
+        dest: DestPath,
+    },
+    /// `ReuseIfExists` on `hf://`: resolve the revision to its commit first (`Op::Resolve`).
+    Resolve {
+        storage_uri: String,
+    },
+    /// The node's one copy of a commit (`_artifacts/<org>/<repo>/<commit>`, `storage_uri`
+    /// pinned to that commit), and this model's relative symlink `link` to it.
+    Shared {
+        storage_uri: String,
+        copy: DestPath,
+        link: DestPath,
+    },
+}
+
+impl Plan {
+    /// What a download of this plan fetches and into which directory beneath the root:
+    /// incarnations with the same pair share one directory (`shared.rs`).
+    pub fn fetch_into(&self) -> Option<(&str, &str)> {
+        match self {
+            Plan::Download { storage_uri, dest } => Some((storage_uri, dest.beneath_root.as_deref()?)),
+            Plan::Shared { storage_uri, copy, .. } => Some((storage_uri, copy.beneath_root.as_deref()?)),
+            Plan::Verify { .. } | Plan::Resolve { .. } => None,
+        }
+    }
+}
+
+/// What a downloading incarnation shares with others (`shared.rs`): boxed, as most never download.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Share {
+    /// The commit a `ReuseIfExists` revision resolved to: (storage URI, commit).
+    pub resolved: Option<(String, String)>,
+    /// The symlink this agent made, or found in place, for this uid: (link, copy), both beneath
+    /// the root.
+    pub link: Option<(String, String)>,
+    /// Something else is at this link path: the model downloads its own copy there instead.
+    pub refused_at: Option<String>,
+    /// The directory this incarnation is a member of in `State::dirs`, and as what.
+    pub registered: Option<(Arc<str>, super::shared::Member)>,
+    /// The shape of the artifact last published (its owner and children): a change republishes.
+    pub artifact_digest: u64,
 }
 
 /// A download in flight (`Incarnation::inflight` is its id).
@@ -107,6 +154,8 @@ pub struct DownloadRun {
     pub plan: Plan,
     /// `Op::CancelDownload` was sent: the outcome is awaited, nothing more is asked.
     pub cancel_sent: bool,
+    /// The other uids the download writes into the marker.
+    pub co_owners: Vec<Uid>,
 }
 
 /// One object incarnation (one uid) and its progress on this node.
@@ -138,6 +187,8 @@ pub struct Incarnation {
     pub held_by: Option<ModelKey>,
     /// `Op::FillSpec` has landed for this incarnation (with `Config::update_model_spec`).
     pub spec_filled: bool,
+    /// Resolution, link and directory membership of a download (`None` for most models).
+    pub share: Option<Box<Share>>,
 }
 
 impl Incarnation {
@@ -158,6 +209,7 @@ impl Incarnation {
             timer_at: None,
             held_by: None,
             spec_filled: false,
+            share: None,
         }
     }
 
@@ -205,11 +257,27 @@ impl Incarnation {
         matches!(self.life, Life::PendingConfirm { read: ReadState::ModelAnswered { .. }, .. })
     }
 
-    /// Might this incarnation have a label, an entry or weights on this node?
+    /// Might this incarnation have a label, an entry, weights or a link on this node?
     pub fn something_here(&self) -> bool {
         !matches!(self.published, Published::Nothing | Published::Unknown)
             || self.owned_dir.is_some()
             || self.inflight.is_some()
+            || self.link().is_some()
+    }
+
+    /// The symlink this agent made for this uid: (link, copy), both beneath the root.
+    pub fn link(&self) -> Option<&(String, String)> {
+        self.share.as_ref().and_then(|s| s.link.as_ref())
+    }
+
+    /// The commit `storage_uri` resolved to for this uid, if it has.
+    pub fn resolved_for(&self, storage_uri: &str) -> Option<&str> {
+        let (uri, commit) = self.share.as_ref()?.resolved.as_ref()?;
+        (uri == storage_uri).then_some(commit.as_str())
+    }
+
+    pub fn share_mut(&mut self) -> &mut Share {
+        self.share.get_or_insert_with(Box::default)
     }
 
     /// Might this incarnation have a label on the node? Conservative: unknown counts as yes.

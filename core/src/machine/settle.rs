@@ -37,6 +37,30 @@ impl State {
         for key in &colliders {
             self.settle_key(st, key);
         }
+        self.settle_dir_members(st);
+        if std::mem::take(&mut st.copy_released) {
+            self.sweep_soon(st);
+        }
+    }
+
+    /// Members of a directory whose membership changed decide again (a download ended, a
+    /// member left or joined), until nothing changes; each round settles only the keys the
+    /// last one affected, and a key's membership changes at most a few times per step.
+    fn settle_dir_members(&mut self, st: &mut Step) {
+        const ROUNDS_MAX: usize = 8;
+        for _ in 0..ROUNDS_MAX {
+            let mut keys = std::mem::take(&mut st.dir_affected);
+            if keys.is_empty() {
+                return;
+            }
+            keys.sort_unstable();
+            keys.dedup();
+            for key in &keys {
+                self.settle_key(st, key);
+            }
+        }
+        // What is left is settled by the next step that touches it (a timer wakes it).
+        debug_assert!(st.dir_affected.len() < 1_000_000);
     }
 
     /// With one lookup: placement changes of the current incarnation (`placement_step`), exits
@@ -92,6 +116,8 @@ impl State {
             effect_id_next,
             shutting_down,
             stats,
+            dirs,
+            dirs_trashing,
             ..
         } = self;
         let contest = contest(slots, claims, node.as_deref(), key);
@@ -112,8 +138,15 @@ impl State {
             seq: st.seq,
             contest: contest.as_ref(),
             synced,
+            dirs,
+            dirs_trashing,
         };
-        drive(&env, &mut emitter, timers, stats, key, slot);
+        let before: Vec<(Arc<str>, Uid)> = registrations(slot);
+        st.copy_released |= drive(&env, &mut emitter, timers, stats, key, slot);
+        let gone: Vec<(Arc<str>, Uid)> =
+            before.into_iter().filter(|(_, uid)| !slot.all().any(|i| i.uid() == uid)).collect();
+        st.dir_affected.extend(shared::unregister(dirs, &gone));
+        st.dir_affected.extend(shared::register(dirs, key, slot, &config.models_root, node.as_deref()));
         sync_timers(timers, key, slot);
         if slot.is_empty() {
             reindex_slot(sync, key, None);
@@ -136,10 +169,20 @@ pub(super) struct Env<'a> {
     /// Models whose keys collide with this one's (`claims::contest`); `None` when none do.
     pub(super) contest: Option<&'a Contest>,
     pub(super) synced: bool,
+    pub(super) dirs: &'a Map<Arc<str>, Arc<shared::DirUse>>,
+    pub(super) dirs_trashing: &'a Set<Arc<str>>,
+}
+
+/// The directories a slot's incarnations are registered in.
+fn registrations(slot: &Slot) -> Vec<(Arc<str>, Uid)> {
+    slot.all()
+        .filter_map(|i| i.share.as_ref()?.registered.as_ref().map(|(dir, _)| (dir.clone(), i.uid().clone())))
+        .collect()
 }
 
 /// Emit the next effect of every incarnation of `key` that is free to act, and drop the
-/// incarnations that are confirmed gone and fully cleaned up.
+/// incarnations that are confirmed gone and fully cleaned up. True when one released a shared
+/// copy.
 pub(super) fn drive(
     env: &Env,
     emitter: &mut Emitter,
@@ -147,7 +190,8 @@ pub(super) fn drive(
     stats: &mut Stats,
     key: &ModelKey,
     slot: &mut Slot,
-) {
+) -> bool {
+    let mut copy_released = false;
     let mut actions: Vec<(Uid, Op, IncOp)> = Vec::new();
     let mut cancels: Vec<Uid> = Vec::new();
     let mut finished: Vec<Uid> = Vec::new();
@@ -156,48 +200,40 @@ pub(super) fn drive(
     // effect in flight, or is given one now.
     let mut former_unsettled = false;
     let mut held_by = None;
-    for inc in slot.former.iter().chain(slot.current.iter()) {
-        let is_current = slot.current.as_ref().is_some_and(|c| c.uid() == inc.uid());
+    for i in 0..slot.former.len() + usize::from(slot.current.is_some()) {
+        let is_current = i == slot.former.len();
+        let inc = if is_current { slot.current.as_ref() } else { slot.former.get(i) }.expect("in range");
         if !is_current && (inc.is_pending() || inc.inflight.is_some()) {
             former_unsettled = true;
         }
-        let running = inc.download.as_deref().filter(|run| !run.cancel_sent);
-        if running.is_none() && (inc.inflight.is_some() || inc.blocked_until.is_some_and(|t| t > env.now)) {
+        let running = inc.download.as_deref().is_some_and(|run| !run.cancel_sent);
+        if !running && (inc.inflight.is_some() || inc.blocked_until.is_some_and(|t| t > env.now)) {
             continue;
         }
-        let ctx = context(env, slot, inc, is_current, (former_owns_dir, former_unsettled));
+        let ctx = context(env, key, slot, inc, is_current, (former_owns_dir, former_unsettled));
         let want = want(inc, &ctx);
+        let inc = if is_current { slot.current.as_mut() } else { slot.former.get_mut(i) }.expect("in range");
+        copy_released |= share_step(inc, &ctx, &want);
         if is_current {
             held_by = match &want {
                 Want::Collides(owner) => Some(owner.clone()),
                 _ => None,
             };
         }
-        if let Some(run) = running {
+        let inc = &*inc;
+        if let Some(run) = inc.download.as_deref().filter(|_| running) {
             if !download_stays(&want, &run.plan) {
                 cancels.push(inc.uid().clone());
             }
             continue;
         }
-        match next_op(key, inc, &want, &ctx, env.now) {
-            Some((op, _)) if env.shutting_down && op.is_destructive() => {}
-            Some((op, what)) => {
-                // Paired with `invariants()`: destruction only from a confirmed or withdrawn
-                // incarnation, and only one effect in flight for it.
-                debug_assert!(
-                    !op.is_destructive() || matches!(inc.life, Life::Confirmed { .. } | Life::Withdrawn),
-                    "{key} {}: destructive {op:?} from {:?}",
-                    inc.uid(),
-                    inc.life
-                );
-                debug_assert!(inc.inflight.is_none(), "{key} {}: a second effect in flight", inc.uid());
+        match decide(env, key, inc, &want, &ctx) {
+            Decision::Act(op, what) => {
                 former_unsettled |= !is_current;
                 actions.push((inc.uid().clone(), op, what));
             }
-            // Done only once nothing of it is wanted and nothing is left to remove (a held
-            // confirmed incarnation is not done: it waits to clean up).
-            None if inc.is_confirmed() && want == Want::Absent => finished.push(inc.uid().clone()),
-            None => {}
+            Decision::Finished => finished.push(inc.uid().clone()),
+            Decision::Nothing => {}
         }
     }
     note_collision(emitter, key, slot, held_by);
@@ -207,11 +243,68 @@ pub(super) fn drive(
         drop_finished(timers, stats, key, slot, &finished);
         stats.candidates += normalize(slot, env.now, env.seq);
     }
+    copy_released
+}
+
+enum Decision {
+    Act(Op, IncOp),
+    /// Confirmed gone, nothing of it wanted and nothing left to remove.
+    Finished,
+    Nothing,
+}
+
+/// The next effect of one incarnation free to act.
+fn decide(env: &Env, key: &ModelKey, inc: &Incarnation, want: &Want, ctx: &Context) -> Decision {
+    match next_op(key, inc, want, ctx, env.now) {
+        Some((op, _)) if env.shutting_down && op.is_destructive() => Decision::Nothing,
+        Some((op, what)) => {
+            // Paired with `invariants()`: destruction only from a confirmed or withdrawn
+            // incarnation (or its own symlink when its plan changed), one effect in flight.
+            debug_assert!(
+                !op.is_destructive()
+                    || matches!(inc.life, Life::Confirmed { .. } | Life::Withdrawn)
+                    || matches!(op, Op::Unlink { .. }),
+                "{key} {}: destructive {op:?} from {:?}",
+                inc.uid(),
+                inc.life
+            );
+            debug_assert!(inc.inflight.is_none(), "{key} {}: a second effect in flight", inc.uid());
+            Decision::Act(op, what)
+        }
+        // A held confirmed incarnation is not done: it waits to clean up.
+        None if inc.is_confirmed() && *want == Want::Absent => Decision::Finished,
+        None => Decision::Nothing,
+    }
+}
+
+/// Before deciding: a leaving incarnation releases a directory that is a shared copy or that
+/// another live model of the same source uses (it is theirs now; a copy goes through the orphan
+/// sweep), and a Ready shared copy whose owner or children changed is published again.
+fn share_step(inc: &mut Incarnation, ctx: &Context, want: &Want) -> bool {
+    let mut copy_released = false;
+    if let (Want::Absent, Some(dir)) = (want, &inc.owned_dir) {
+        let copy = shared::in_artifacts(dir);
+        if copy || ctx.dir.as_ref().is_some_and(|d| d.shared) {
+            inc.owned_dir = None;
+            copy_released = copy;
+        }
+    }
+    if let Some(digest) = ctx.dir.as_ref().and_then(|d| d.artifact.as_ref()).map(shared::ArtifactView::digest) {
+        let share = inc.share_mut();
+        if share.artifact_digest != digest {
+            share.artifact_digest = digest;
+            if matches!(inc.published, Published::Status { status: ModelStatus::Ready, .. }) {
+                inc.published = Published::Unknown;
+            }
+        }
+    }
+    copy_released
 }
 
 /// What the rest of the state contributes to one incarnation's decision.
 fn context<'a>(
     env: &Env<'a>,
+    key: &ModelKey,
     slot: &Slot,
     inc: &Incarnation,
     is_current: bool,
@@ -227,6 +320,8 @@ fn context<'a>(
         former_owns_dir: is_current && former_owns_dir,
         predecessor_unsettled: is_current && former_unsettled,
         update_model_spec: env.config.update_model_spec,
+        dir: shared::member_of(key, inc, &env.config.models_root, env.node)
+            .map(|(dir, me)| shared::dir_view(env.dirs, env.dirs_trashing, &dir, &me)),
     }
 }
 
@@ -262,15 +357,16 @@ fn emit_actions(emitter: &mut Emitter, key: &ModelKey, slot: &mut Slot, actions:
             let note = Note::ModelFailed { key: key.clone(), uid: uid.clone(), reason };
             emitter.notes.push(note);
         }
-        let plan = match (&op, &what) {
-            (Op::Download { .. }, IncOp::Fetch { plan }) => Some(plan.clone()),
+        let run = match (&op, &what) {
+            (Op::Download { co_owners, .. }, IncOp::Fetch { plan }) => Some((plan.clone(), co_owners.clone())),
             _ => None,
         };
         let owner = Owner::Inc { key: key.clone(), uid: uid.clone(), what };
         let id = emitter.emit(op, Some(owner));
         if let Some(inc) = slot.find_mut(&uid) {
             inc.inflight = Some(id);
-            inc.download = plan.map(|plan| Box::new(DownloadRun { id, plan, cancel_sent: false }));
+            inc.download =
+                run.map(|(plan, co_owners)| Box::new(DownloadRun { id, plan, cancel_sent: false, co_owners }));
         }
     }
 }

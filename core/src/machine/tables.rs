@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use super::io::{Cause, Confirmation, Op, RootProbe};
 use super::records::{Fetched, Incarnation, Life, Plan, Published};
+use super::shared::{self, DirView};
 use crate::model::ModelKey;
 use crate::placement::{NodeView, placement};
 use crate::storage_uri::Provisioning;
@@ -50,6 +51,8 @@ pub struct Context<'a> {
     pub predecessor_unsettled: bool,
     /// `--update-model-spec`.
     pub update_model_spec: bool,
+    /// The directory this incarnation downloads into or owns, as the others using it see it.
+    pub dir: Option<DirView>,
 }
 
 /// Is the model placed on this node now? `None` when that cannot be known yet.
@@ -223,7 +226,10 @@ pub fn want(inc: &Incarnation, ctx: &Context) -> Want {
             Some(root) if !root.answered => Want::Hold,
             Some(root) if !root.writable => Want::Failed(read_only_reason(ctx.models_root, root, uri.scheme())),
             Some(_) if ctx.former_owns_dir => Want::Hold,
-            Some(_) => Want::Fetch(Plan::Download { storage_uri: spec.storage_uri.clone(), dest: dest.clone() }),
+            Some(_) => match shared::planned(inc, spec, dest, ctx.models_root) {
+                Ok(plan) => Want::Fetch(plan),
+                Err(reason) => Want::Failed(reason),
+            },
         },
         (_, None) => Want::Failed("no destination path".into()),
     }
@@ -252,6 +258,8 @@ pub enum IncOp {
     Fetch { plan: Plan },
     Trash { name: String },
     FillSpec,
+    Link { link: String, copy: String },
+    Unlink,
 }
 
 /// The next effect an incarnation needs, if any. Pure: one arm per `Want`.
@@ -259,22 +267,56 @@ pub fn next_op(key: &ModelKey, inc: &Incarnation, want: &Want, ctx: &Context, no
     match want {
         Want::Hold | Want::Collides(_) => None,
         Want::Absent => withdraw_op(key, inc, ctx, now),
-        Want::Failed(reason) => publish_op(key, inc, ModelStatus::Failed, Some(reason)),
-        Want::Ready => publish_op(key, inc, ModelStatus::Ready, None),
-        Want::Fetch(plan) => match &inc.fetched {
-            Fetched::Done { plan: done, .. } if **done == *plan => {
-                publish_op(key, inc, ModelStatus::Ready, None).or_else(|| fill_spec_op(key, inc, ctx))
-            }
+        Want::Failed(reason) => publish_op(key, inc, ModelStatus::Failed, Some(reason), ctx),
+        Want::Ready => publish_op(key, inc, ModelStatus::Ready, None, ctx),
+        Want::Fetch(plan) => unlink_op(key, inc, Some(plan)).or_else(|| match &inc.fetched {
+            Fetched::Done { plan: done, .. } if **done == *plan => link_op(key, inc, plan)
+                .or_else(|| publish_op(key, inc, ModelStatus::Ready, None, ctx))
+                .or_else(|| fill_spec_op(key, inc, ctx)),
             Fetched::Failed { plan: failed, reason, .. } if **failed == *plan => {
-                publish_op(key, inc, ModelStatus::Failed, Some(reason))
+                publish_op(key, inc, ModelStatus::Failed, Some(reason), ctx)
             }
             _ => fetch_op(key, inc, plan, ctx),
-        },
+        }),
     }
 }
 
+/// This uid's symlink, when `plan` (`None`: leaving) does not keep it: removed first, only if
+/// it still points at the copy it was made for.
+fn unlink_op(key: &ModelKey, inc: &Incarnation, plan: Option<&Plan>) -> Option<(Op, IncOp)> {
+    let (link, copy) = inc.link()?;
+    let kept = match plan {
+        Some(Plan::Shared { copy: c, link: l, .. }) => {
+            l.beneath_root.as_ref() == Some(link) && c.beneath_root.as_ref() == Some(copy)
+        }
+        _ => false,
+    };
+    if kept {
+        return None;
+    }
+    let op = Op::Unlink { key: key.clone(), uid: inc.uid().clone(), link: link.clone(), copy: copy.clone() };
+    Some((op, IncOp::Unlink))
+}
+
+/// A shared copy in place: this model's symlink to it, if it is not there yet.
+fn link_op(key: &ModelKey, inc: &Incarnation, plan: &Plan) -> Option<(Op, IncOp)> {
+    let Plan::Shared { copy, link, .. } = plan else { return None };
+    let (link, copy) = (link.beneath_root.clone()?, copy.beneath_root.clone()?);
+    if inc.link() == Some(&(link.clone(), copy.clone())) {
+        return None;
+    }
+    let op = Op::Link { key: key.clone(), uid: inc.uid().clone(), link: link.clone(), copy: copy.clone() };
+    Some((op, IncOp::Link { link, copy }))
+}
+
 /// Publish `status` (and `reason`) unless that is what is published already.
-fn publish_op(key: &ModelKey, inc: &Incarnation, status: ModelStatus, reason: Option<&str>) -> Option<(Op, IncOp)> {
+fn publish_op(
+    key: &ModelKey,
+    inc: &Incarnation,
+    status: ModelStatus,
+    reason: Option<&str>,
+    ctx: &Context,
+) -> Option<(Op, IncOp)> {
     let reason: Option<Arc<str>> = reason.map(Arc::from);
     let target = Published::Status { status, reason: reason.clone() };
     if inc.published == target {
@@ -283,7 +325,7 @@ fn publish_op(key: &ModelKey, inc: &Incarnation, status: ModelStatus, reason: Op
     let entry = ModelEntry {
         uid: Some(inc.uid().as_str().to_string()),
         reason: reason.as_deref().map(str::to_string),
-        config: if status == ModelStatus::Ready { ready_config(key, inc) } else { None },
+        config: if status == ModelStatus::Ready { ready_config(key, inc, ctx) } else { None },
         ..ModelEntry::new(&key.name, status)
     };
     let op = Op::Publish {
@@ -305,29 +347,34 @@ fn fill_spec_op(key: &ModelKey, inc: &Incarnation, ctx: &Context) -> Option<(Op,
     }
     let dir = match &**plan {
         Plan::Verify { path } => path.clone(),
-        Plan::Download { dest, .. } => dest.absolute.clone(),
+        Plan::Download { dest, .. } | Plan::Shared { copy: dest, .. } => dest.absolute.clone(),
+        Plan::Resolve { .. } => return None,
     };
     Some((Op::FillSpec { key: key.clone(), uid: inc.uid().clone(), dir }, IncOp::FillSpec))
 }
 
 /// A Ready entry's `config`: what the model's files say, and for a download what it holds,
-/// in OME's shape: the commit, and this model's own key and directory as the parent (no
-/// children: one copy per model for now). A check without metadata publishes none; its
-/// artifact stays empty, as OME's is for `local://`.
-fn ready_config(key: &ModelKey, inc: &Incarnation) -> Option<ModelConfig> {
-    let Fetched::Done { plan, commit, metadata } = &inc.fetched else { return None };
+/// in OME's v1.2.2 shape: the commit, and as the parent the key of the model that owns the
+/// directory with its path. An own download is its own parent, with no children; a shared
+/// copy's parent is its first member, whose `childrenPaths` lists the others' symlinks. A
+/// check without metadata publishes none; its artifact stays empty, as OME's is for `local://`.
+fn ready_config(key: &ModelKey, inc: &Incarnation, ctx: &Context) -> Option<ModelConfig> {
+    let Fetched::Done { plan, commit, metadata, .. } = &inc.fetched else { return None };
     let parsed = || metadata.as_deref().cloned().unwrap_or_default();
-    match &**plan {
-        Plan::Verify { .. } => metadata.as_deref().map(|m| ModelConfig { artifact: Artifact::default(), ..m.clone() }),
-        Plan::Download { dest, .. } => {
-            let artifact = Artifact {
-                sha: commit.as_deref().unwrap_or_default().to_string(),
-                parent_path: Some([(wire::configmap_key(key), dest.absolute.clone())].into()),
-                children_paths: Some(Vec::new()),
-            };
-            Some(ModelConfig { artifact, ..parsed() })
+    let sha = commit.as_deref().unwrap_or_default().to_string();
+    let (parent, dir, children) = match &**plan {
+        Plan::Verify { .. } | Plan::Resolve { .. } => {
+            return metadata.as_deref().map(|m| ModelConfig { artifact: Artifact::default(), ..m.clone() });
         }
-    }
+        Plan::Download { dest, .. } => (wire::configmap_key(key), dest, Vec::new()),
+        Plan::Shared { copy, .. } => match ctx.dir.as_ref().and_then(|d| d.artifact.as_ref()) {
+            Some(view) => (view.owner_cm_key.clone(), copy, view.children.clone()),
+            None => (wire::configmap_key(key), copy, Vec::new()),
+        },
+    };
+    let artifact =
+        Artifact { sha, parent_path: Some([(parent, dir.absolute.clone())].into()), children_paths: Some(children) };
+    Some(ModelConfig { artifact, ..parsed() })
 }
 
 /// Leaving: first the label and entry, then the directory it owns (unless its artifact is
@@ -343,9 +390,15 @@ fn withdraw_op(key: &ModelKey, inc: &Incarnation, ctx: &Context, now: Instant) -
         };
         return Some((op, IncOp::Unpublish));
     }
+    if let Some(unlink) = unlink_op(key, inc, None) {
+        return Some(unlink);
+    }
     let reserved = inc.obj.spec().is_some_and(|s| s.reserve_artifact);
+    // A directory another member still uses is released instead (`drive`); one being written
+    // to by another member waits for that download to end.
+    let busy = ctx.dir.as_ref().is_some_and(|d| d.busy || d.shared);
     match &inc.owned_dir {
-        Some(path) if !reserved => {
+        Some(path) if !reserved && !busy => {
             let name = format!("{}-{}", inc.uid(), now.as_ms());
             let op = Op::TrashDir {
                 key: Some(key.clone()),
@@ -367,14 +420,26 @@ fn fetch_op(key: &ModelKey, inc: &Incarnation, plan: &Plan, ctx: &Context) -> Op
     let already_ready = inc.published == Published::Unknown
         && ctx.node.and_then(|n| n.labels.get(&wire::label_key(key))).is_some_and(|v| v == "Ready");
     if !settled && !already_ready {
-        return publish_op(key, inc, ModelStatus::Updating, None);
+        return publish_op(key, inc, ModelStatus::Updating, None, ctx);
+    }
+    // One download into a directory at a time, and none into one being trashed.
+    if ctx.dir.as_ref().is_some_and(|d| d.busy || d.trashing) && plan.fetch_into().is_some() {
+        return None;
     }
     let parse_metadata = !inc.obj.spec.as_ref().is_ok_and(|s| s.skip_config_parsing);
+    let co_owners = ctx.dir.as_ref().map(|d| d.co_owners.clone()).unwrap_or_default();
     let (key, uid) = (key.clone(), inc.uid().clone());
     let op = match plan {
         Plan::Verify { path } => Op::VerifyLocal { key, uid, path: path.clone(), parse_metadata },
-        Plan::Download { storage_uri, dest } => {
-            Op::Download { key, uid, storage_uri: storage_uri.clone(), dest: dest.clone(), parse_metadata }
+        Plan::Download { storage_uri, dest } | Plan::Shared { storage_uri, copy: dest, .. } => {
+            Op::Download { key, uid, storage_uri: storage_uri.clone(), dest: dest.clone(), parse_metadata, co_owners }
+        }
+        Plan::Resolve { storage_uri } => {
+            let link = match &inc.dest {
+                Ok(Some(dest)) => dest.beneath_root.clone().unwrap_or_default(),
+                _ => String::new(),
+            };
+            Op::Resolve { key, uid, storage_uri: storage_uri.clone(), link }
         }
     };
     Some((op, IncOp::Fetch { plan: plan.clone() }))

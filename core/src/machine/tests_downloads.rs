@@ -76,7 +76,7 @@ fn progress_goes_into_the_entry_and_ready_carries_the_commit_and_no_progress() {
     let commit = "a".repeat(40);
     let e = h.input(Input::EffectDone {
         id: dl,
-        outcome: ended(true, DownloadResult::Done { commit: commit.clone(), metadata: None }),
+        outcome: ended(true, DownloadResult::Done { commit: commit.clone(), metadata: None, bytes: 0 }),
     });
     let p = entries(&e);
     assert_eq!(p.len(), 1, "{e:?}");
@@ -193,7 +193,7 @@ fn qwen() -> wire::ModelConfig {
 fn a_download_with_metadata_publishes_it_beside_the_artifact() {
     let (mut h, dl) = downloading();
     let metadata = Some(Box::new(qwen()));
-    let done = DownloadResult::Done { commit: "c".repeat(40), metadata };
+    let done = DownloadResult::Done { commit: "c".repeat(40), metadata, bytes: 0 };
     let p = entries(&h.input(Input::EffectDone { id: dl, outcome: ended(true, done) }));
     let config = p[0].1.config.clone().expect("config");
     assert_eq!((config.model_type.as_str(), config.max_tokens), ("qwen2", 32768));
@@ -221,7 +221,7 @@ fn verifying(o: ModelObject) -> (H, Effect) {
 fn a_local_check_asks_for_metadata_and_publishes_it_with_an_empty_artifact_as_ome_does() {
     let (mut h, check) = verifying(local("m", "u1"));
     assert!(matches!(check.op, Op::VerifyLocal { parse_metadata: true, .. }), "{check:?}");
-    let done = DownloadResult::Done { commit: String::new(), metadata: Some(Box::new(qwen())) };
+    let done = DownloadResult::Done { commit: String::new(), metadata: Some(Box::new(qwen())), bytes: 0 };
     let p = entries(&h.input(Input::EffectDone { id: check.id, outcome: ended(false, done) }));
     let (label, entry) = &p[0];
     assert_eq!(*label, Some(ModelStatus::Ready));
@@ -243,7 +243,7 @@ fn metadata_larger_than_the_cap_is_dropped_and_the_model_is_ready_without_it() {
     let (mut h, check) = verifying(local("m", "u1"));
     let huge = wire::ModelConfig { model_type: "x".repeat(wire::MODEL_CONFIG_BYTES_MAX), ..qwen() };
     assert!(!wire::model_config_fits(&huge) && wire::model_config_fits(&qwen()));
-    let done = DownloadResult::Done { commit: String::new(), metadata: Some(Box::new(huge)) };
+    let done = DownloadResult::Done { commit: String::new(), metadata: Some(Box::new(huge)), bytes: 0 };
     let p = entries(&h.input(Input::EffectDone { id: check.id, outcome: ended(false, done) }));
     assert_eq!((p[0].0, p[0].1.config.clone()), (Some(ModelStatus::Ready), None));
 }
@@ -267,9 +267,10 @@ fn ready_with_metadata(config: Config) -> (H, Vec<Effect>) {
         let mut next = Vec::new();
         for e in &effects {
             let outcome = match &e.op {
-                Op::VerifyLocal { .. } => {
-                    ended(false, DownloadResult::Done { commit: String::new(), metadata: Some(Box::new(qwen())) })
-                }
+                Op::VerifyLocal { .. } => ended(
+                    false,
+                    DownloadResult::Done { commit: String::new(), metadata: Some(Box::new(qwen())), bytes: 0 },
+                ),
                 Op::Publish { .. } => Outcome::Done,
                 _ => continue,
             };

@@ -11,6 +11,25 @@ impl State {
         self.timers.insert((at, key));
     }
 
+    /// A snapshot never answered (the API was down) is replaced, not waited for: at most one
+    /// is outstanding.
+    fn request_snapshot(&mut self, st: &mut Step) {
+        if let Some(old) = self.snapshot_inflight.take() {
+            self.inflight.remove(&old);
+        }
+        let requested_seq = st.seq;
+        let id = self.emit(st, Op::Snapshot, Some(Owner::Snapshot { requested_seq }));
+        self.snapshot_inflight = Some(id);
+    }
+
+    /// A shared copy lost its last member: a snapshot soon, so the orphan sweep can decide.
+    pub(super) fn sweep_soon(&mut self, st: &Step) {
+        if !self.sweep_set && !self.shutting_down {
+            self.sweep_set = true;
+            self.set_timer(st.now.plus_ms(shared::SWEEP_DELAY_MS), TimerKey::Sweep);
+        }
+    }
+
     pub(super) fn fire_timers(&mut self, st: &mut Step) {
         while self.timers.get_min().is_some_and(|(at, _)| *at <= st.now) {
             let Some((_, key)) = self.timers.remove_min() else { break };
@@ -35,17 +54,14 @@ impl State {
                     self.set_timer(st.now.plus_ms(self.config.root_probe_period_ms), TimerKey::RootProbe);
                 }
                 TimerKey::Drift => {
-                    // A snapshot never answered (the API was down) is replaced, not waited for:
-                    // at most one is outstanding.
-                    if let Some(old) = self.snapshot_inflight.take() {
-                        self.inflight.remove(&old);
-                    }
-                    let requested_seq = st.seq;
-                    let id = self.emit(st, Op::Snapshot, Some(Owner::Snapshot { requested_seq }));
-                    self.snapshot_inflight = Some(id);
+                    self.request_snapshot(st);
                     let period = self.config.drift_period_ms;
                     let jitter = self.prng.up_to(period / 10);
                     self.set_timer(st.now.plus_ms(period - jitter), TimerKey::Drift);
+                }
+                TimerKey::Sweep => {
+                    self.sweep_set = false;
+                    self.request_snapshot(st);
                 }
                 TimerKey::Purge(name) => {
                     let due = self.trash.get(&name).is_some_and(|t| *t <= st.now);

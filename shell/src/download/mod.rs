@@ -93,6 +93,9 @@ pub struct Job {
     pub uid: String,
     /// `ClusterBaseModel/name` or `BaseModel/ns/name`, for the marker.
     pub key: String,
+    /// Other models' uids sharing the directory (same source, same path): a marker naming any
+    /// of them is accepted, and the marker then names them all.
+    pub co_owners: Vec<String>,
     pub repo_id: String,
     /// Branch, tag or commit sha (`main` when the URI names none).
     pub revision: String,
@@ -165,6 +168,20 @@ impl DownloadError {
     /// One line a user can act on.
     pub fn reason(&self) -> String {
         self.to_string()
+    }
+
+    /// The Hub could not answer (network, stall, 5xx, 429 after the retries), as opposed to an
+    /// answer that says no.
+    pub fn unreachable(&self) -> bool {
+        matches!(
+            self,
+            DownloadError::Hub(
+                HfError::Network { .. }
+                    | HfError::Stalled { .. }
+                    | HfError::Server { .. }
+                    | HfError::RateLimited { .. }
+            )
+        )
     }
 
     /// How long the core should wait before the next attempt, when the failure says.
@@ -241,6 +258,31 @@ pub async fn download(
     };
     progress(reporter.report(tally.get().map(Arc::as_ref)));
     Ended { marked, result }
+}
+
+/// The commit `revision` of `repo_id` points at now, each request retried as a download's are.
+pub async fn resolve(
+    opts: &Options,
+    token: Option<String>,
+    repo_id: &str,
+    revision: &str,
+) -> Result<String, DownloadError> {
+    let source =
+        hf::HfSource::new(&opts.endpoint, token, opts.connect_timeout_ms, opts.stall_timeout_ms, &opts.network)?;
+    // Nobody cancels a resolve: it is short, and its outcome is simply not used once unwanted.
+    let (_never, cancel) = watch::channel(false);
+    Ok(plan::resolve_retrying(&source, repo_id, revision, opts, cancel).await?)
+}
+
+/// The commit of the shared copy that the symlink `link` points at, if that copy is complete:
+/// `_artifacts/<repo_id>/<commit>` with a manifest of that repo and commit whose sizes match.
+pub fn complete_copy_of_link(root: &std::path::Path, link: &str, repo_id: &str) -> Option<String> {
+    let copy = crate::links::linked_copy(root, link)?;
+    let commit = copy.strip_prefix(&format!("{}/{repo_id}/", crate::links::ARTIFACTS))?;
+    let dest = disk::open_dest(root, &copy, false).ok()??;
+    let manifest = dest.read_manifest()?;
+    let complete = manifest.commit == commit && manifest.repo_id == repo_id && dest.sizes_match(&manifest);
+    complete.then(|| commit.to_string())
 }
 
 /// The tally the reports read, set once the plan is known.

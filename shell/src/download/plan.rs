@@ -88,13 +88,23 @@ fn set_complete(tally: &TallySlot, done: &Finished) {
 }
 
 /// The stored manifest of a directory this uid owns (`Some(None)`: owned, no manifest); `None` for a
-/// directory without a marker; another uid's marker is an error.
+/// directory without a marker; a marker that names neither this uid nor one of its co-owners is an
+/// error. A marker naming some of the owners is rewritten to name exactly them (the models sharing
+/// the directory now).
 fn owned_manifest(dest: &Dest, job: &Job) -> Result<Option<Option<Manifest>>, DownloadError> {
-    match dest.read_marker()? {
-        Some(marker) if marker.uid == job.uid => Ok(Some(dest.read_manifest())),
-        Some(marker) => Err(DownloadError::OwnedByOther { uid: marker.uid, path: dest.rel.clone() }),
-        None => Ok(None),
+    let Some(marker) = dest.read_marker()? else { return Ok(None) };
+    if !marker.names(&job.uid) && !job.co_owners.iter().any(|u| marker.names(u)) {
+        return Err(DownloadError::OwnedByOther { uid: marker.uid, path: dest.rel.clone() });
     }
+    let owners = Marker::new(&job.uid, &job.key, &job.co_owners);
+    let mut named: Vec<&str> = marker.uids().collect();
+    let mut wanted: Vec<&str> = owners.uids().collect();
+    named.sort_unstable();
+    wanted.sort_unstable();
+    if named != wanted {
+        dest.write_marker(&owners)?;
+    }
+    Ok(Some(dest.read_manifest()))
 }
 
 /// Resolve once, then the tree of that commit, each request retried as `Retry` says.
@@ -104,17 +114,27 @@ async fn list(
     opts: &Options,
     mut cancel: watch::Receiver<bool>,
 ) -> Result<(String, Vec<RemoteFile>), HfError> {
-    let mut retry = Retry::new(opts.request_attempts_max);
-    let commit = loop {
-        match source.resolve(&job.repo_id, &job.revision).await {
-            Ok(commit) => break commit,
-            Err(error) => wait_or_give_up(&mut retry, error, &mut cancel).await?,
-        }
-    };
+    let commit = resolve_retrying(source, &job.repo_id, &job.revision, opts, cancel.clone()).await?;
     let mut retry = Retry::new(opts.request_attempts_max);
     loop {
         match source.tree(&job.repo_id, &commit).await {
             Ok(files) => return Ok((commit, files)),
+            Err(error) => wait_or_give_up(&mut retry, error, &mut cancel).await?,
+        }
+    }
+}
+
+pub(super) async fn resolve_retrying(
+    source: &HfSource,
+    repo_id: &str,
+    revision: &str,
+    opts: &Options,
+    mut cancel: watch::Receiver<bool>,
+) -> Result<String, HfError> {
+    let mut retry = Retry::new(opts.request_attempts_max);
+    loop {
+        match source.resolve(repo_id, revision).await {
+            Ok(commit) => return Ok(commit),
             Err(error) => wait_or_give_up(&mut retry, error, &mut cancel).await?,
         }
     }
@@ -135,17 +155,14 @@ fn from_stored(
     job: &Job,
     error: HfError,
 ) -> Result<Finished, DownloadError> {
-    let unreachable = matches!(
-        error,
-        HfError::Network { .. } | HfError::Stalled { .. } | HfError::Server { .. } | HfError::RateLimited { .. }
-    );
-    if let (true, Some(dest), Some(manifest)) = (unreachable, dest, stored) {
+    let error = DownloadError::Hub(error);
+    if let (true, Some(dest), Some(manifest)) = (error.unreachable(), dest, stored) {
         let revision_fits = !is_commit_sha(&job.revision) || job.revision == manifest.commit;
         if revision_fits && manifest.repo_id == job.repo_id && dest.sizes_match(manifest) {
             return Ok(finished_in_place(manifest, 0));
         }
     }
-    Err(DownloadError::Hub(error))
+    Err(error)
 }
 
 fn finished_in_place(manifest: &Manifest, adopted_files: u64) -> Finished {
@@ -189,7 +206,7 @@ async fn prepare(
         files.iter().zip(in_place).filter(|(_, kept)| !kept).map(|(file, _)| file.clone()).collect();
     check_space(dest, &todo)?;
     if dest.read_marker()?.is_none() {
-        dest.write_marker(&Marker { uid: job.uid.clone(), key: job.key.clone() })?;
+        dest.write_marker(&Marker::new(&job.uid, &job.key, &job.co_owners))?;
     }
     if !todo.is_empty() {
         // An older commit's manifest must not vouch for a directory that is changing (mixed revisions).

@@ -94,6 +94,7 @@ pub(super) fn job(root: &Root, revision: &str) -> Job {
         repo_id: REPO.into(),
         revision: revision.into(),
         token: None,
+        co_owners: Vec::new(),
     }
 }
 

@@ -1,0 +1,296 @@
+//! Directories several models use (issue #10): the node's one copy of a commit under
+//! `_artifacts/<org>/<repo>/<commit>` (`downloadPolicy: ReuseIfExists` on `hf://`), with a
+//! relative symlink from each model's path, and one destination named by models with the same
+//! source and path. Who uses a directory is the core's own record (`State::dirs`, every
+//! incarnation of either kind), never a walk of the filesystem for symlinks.
+//!
+//! - One download into a directory at a time; each member runs its own (the second finds the
+//!   files in place and checks them), so every member's uid ends up in the directory's marker.
+//! - A member leaving never trashes a directory another live member uses. A copy is never
+//!   trashed by a member at all: once no member is left, an early snapshot finds it unclaimed and
+//!   the orphan sweep trashes it after fresh LISTs of both kinds show no model that may use it.
+
+use std::hash::{Hash, Hasher};
+
+use super::*;
+use crate::dest_path::DestPath;
+use crate::model::DownloadPolicy;
+use crate::storage_uri::StorageUri;
+
+/// The shared copies' folder beneath the models root.
+pub const ARTIFACTS_DIR: &str = "_artifacts";
+/// A snapshot follows a copy's last member leaving after this long.
+pub const SWEEP_DELAY_MS: u64 = 1_000;
+
+/// What one incarnation is to a directory it fetches into or owns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    pub key: ModelKey,
+    pub uid: Uid,
+    /// What it fetches into the directory; `None` when it only owns it from an earlier plan.
+    pub source: Option<Arc<str>>,
+    /// Not confirmed gone.
+    pub alive: bool,
+    /// A download of it into the directory is in flight.
+    pub downloading: bool,
+    /// Its symlink to the directory (absolute), for the artifact's `childrenPaths`.
+    pub link_abs: Option<String>,
+}
+
+/// Everyone using one directory beneath the root.
+#[derive(Clone, Debug, Default)]
+pub struct DirUse {
+    /// Sorted by key, then uid.
+    pub members: Vec<Member>,
+    /// Uids the directory's marker is known to name (download outcomes, snapshots).
+    pub marked: Vec<Uid>,
+}
+
+/// What one incarnation's decision reads of the directory it uses.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DirView {
+    /// Another member's download into it is in flight.
+    pub busy: bool,
+    /// Another model (another name: a recreated one waits for its predecessor's directory to
+    /// go) of the same source, not confirmed gone, uses it.
+    pub shared: bool,
+    /// Uids an `Op::Download` may find in the marker and writes into it with its own.
+    pub co_owners: Vec<Uid>,
+    /// A copy being trashed: nothing is fetched into it until that lands.
+    pub trashing: bool,
+    /// For a shared copy's Ready entry: the owner's ConfigMap key and the children's links.
+    pub artifact: Option<ArtifactView>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ArtifactView {
+    pub owner_cm_key: String,
+    /// Empty unless this incarnation is the owner.
+    pub children: Vec<String>,
+}
+
+impl ArtifactView {
+    pub fn digest(&self) -> u64 {
+        let mut h = rustc_hash::FxHasher::default();
+        self.hash(&mut h);
+        h.finish().max(1)
+    }
+}
+
+/// Is `rel` (beneath the root) the shared copies' folder or inside it?
+pub fn in_artifacts(rel: &str) -> bool {
+    rel == ARTIFACTS_DIR || rel.starts_with("_artifacts/")
+}
+
+/// A revision that is a commit already needs no resolving.
+pub fn is_commit(revision: &str) -> bool {
+    (7..=64).contains(&revision.len()) && revision.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+}
+
+/// The copy of `org/repo` at `commit`, beneath the root, or why there can be none.
+pub fn copy_dest(models_root: &str, org: &str, repo: &str, commit: &str) -> Result<DestPath, String> {
+    if !is_commit(commit) {
+        return Err(format!("the Hub answered {commit:?}, not a commit"));
+    }
+    for part in [org, repo] {
+        if part.is_empty() || part == "." || part == ".." || part.contains('/') || part.len() > 255 {
+            return Err(format!("{org}/{repo} cannot name a shared copy"));
+        }
+    }
+    let rel = format!("{ARTIFACTS_DIR}/{org}/{repo}/{commit}");
+    let absolute = format!("{}/{rel}", models_root.trim_end_matches('/'));
+    Ok(DestPath { absolute, beneath_root: Some(rel) })
+}
+
+/// `(org, repo, commit)` of a copy's path beneath the root.
+pub fn copy_parts(rel: &str) -> Option<(&str, &str, &str)> {
+    let mut it = rel.strip_prefix("_artifacts/")?.split('/');
+    let parts = (it.next()?, it.next()?, it.next()?);
+    it.next().is_none().then_some(parts)
+}
+
+/// The plan a download's spec asks for, placement and root aside (`want` adds those). `Err`:
+/// the reason the model is Failed.
+pub fn planned(
+    inc: &Incarnation,
+    spec: &crate::model::ModelSpec,
+    dest: &DestPath,
+    models_root: &str,
+) -> Result<Plan, String> {
+    let rel = dest.beneath_root.as_deref().unwrap_or_default();
+    if in_artifacts(rel) {
+        return Err(format!(
+            "spec.storage.path {:?} is inside {ARTIFACTS_DIR}/, where the agent keeps shared copies",
+            dest.absolute
+        ));
+    }
+    let own = Plan::Download { storage_uri: spec.storage_uri.clone(), dest: dest.clone() };
+    let refused = inc.share.as_ref().and_then(|s| s.refused_at.as_deref()) == Some(rel);
+    let (Ok(StorageUri::HuggingFace { org, repo, revision }), DownloadPolicy::ReuseIfExists, false) =
+        (&spec.uri, spec.download_policy, refused)
+    else {
+        return Ok(own);
+    };
+    let commit = match inc.resolved_for(&spec.storage_uri) {
+        Some(commit) => commit,
+        None if is_commit(revision) => revision.as_str(),
+        None => return Ok(Plan::Resolve { storage_uri: spec.storage_uri.clone() }),
+    };
+    let copy = copy_dest(models_root, org, repo, commit)?;
+    Ok(Plan::Shared { storage_uri: format!("hf://{org}/{repo}@{commit}"), copy, link: dest.clone() })
+}
+
+/// The directory an incarnation uses now and what it is to it: the one its plan fetches into,
+/// else the one it owns.
+///
+/// Only an incarnation that may be placed here fetches (a withdrawn or confirmed one, or one
+/// the Node does not place, uses only what it owns).
+pub fn member_of(
+    key: &ModelKey,
+    inc: &Incarnation,
+    models_root: &str,
+    node: Option<&NodeView>,
+) -> Option<(Arc<str>, Member)> {
+    let placed =
+        matches!(inc.life, Life::Observed | Life::PendingConfirm { .. }) && eligible_now(inc, node) != Some(false);
+    let plan = match (inc.obj.spec(), &inc.dest) {
+        (Some(spec), Ok(Some(dest))) if placed && spec.uri.as_ref().is_ok_and(|u| u.downloads()) => {
+            planned(inc, spec, dest, models_root).ok()
+        }
+        _ => None,
+    };
+    let (source, dir) = match plan.as_ref().and_then(Plan::fetch_into) {
+        Some((uri, dir)) => (Some(Arc::from(uri)), dir.to_string()),
+        // Leaving: what it owns, from the source it fetched it with.
+        None => {
+            let dir = inc.owned_dir.clone()?;
+            let fetched = match &inc.fetched {
+                Fetched::Done { plan, .. } => plan.fetch_into().filter(|(_, d)| *d == dir).map(|(u, _)| Arc::from(u)),
+                _ => None,
+            };
+            (fetched, dir)
+        }
+    };
+    let downloading = inc.download.as_ref().is_some_and(|run| run.plan.fetch_into().is_some_and(|(_, d)| d == dir));
+    let link_abs =
+        inc.link().filter(|(_, to)| *to == dir).map(|(at, _)| format!("{}/{at}", models_root.trim_end_matches('/')));
+    let member =
+        Member { key: key.clone(), uid: inc.uid().clone(), source, alive: !inc.is_confirmed(), downloading, link_abs };
+    Some((Arc::from(dir.as_str()), member))
+}
+
+/// What `dirs[dir]` means for `me`.
+pub fn dir_view(dirs: &Map<Arc<str>, Arc<DirUse>>, trashing: &Set<Arc<str>>, dir: &str, me: &Member) -> DirView {
+    let Some(using) = dirs.get(dir) else {
+        return DirView { trashing: trashing.contains(dir), ..DirView::default() };
+    };
+    let others = || using.members.iter().filter(|m| m.uid != me.uid);
+    let same = |m: &&Member| m.source.is_some() && m.source == me.source;
+    let other_source: Vec<&Uid> = others().filter(|m| !same(m)).map(|m| &m.uid).collect();
+    let mut co_owners: Vec<Uid> = others().filter(same).map(|m| m.uid.clone()).collect();
+    co_owners.extend(using.marked.iter().filter(|u| **u != me.uid && !other_source.contains(u)).cloned());
+    co_owners.sort();
+    co_owners.dedup();
+    DirView {
+        busy: others().any(|m| m.downloading),
+        shared: others().any(|m| m.alive && m.key != me.key && same(&m)),
+        co_owners,
+        trashing: trashing.contains(dir),
+        artifact: copy_parts(dir).map(|_| artifact_view(using, me)),
+    }
+}
+
+/// The owner is the first member of the same source not gone (the others are its children).
+fn artifact_view(using: &DirUse, me: &Member) -> ArtifactView {
+    let same: Vec<&Member> = using.members.iter().filter(|m| m.alive && m.source == me.source).collect();
+    let owner = same.first().map_or(&me.key, |m| &m.key);
+    let children = if *owner == me.key {
+        let mut links: Vec<String> =
+            same.iter().filter(|m| m.uid != me.uid).filter_map(|m| m.link_abs.clone()).collect();
+        links.sort();
+        links
+    } else {
+        Vec::new()
+    };
+    ArtifactView { owner_cm_key: wire::configmap_key(owner), children }
+}
+
+/// Move `key`'s incarnations to the directories they use now. Returns the other members of
+/// every directory whose membership changed: their decisions read it.
+pub(super) fn register(
+    dirs: &mut Map<Arc<str>, Arc<DirUse>>,
+    key: &ModelKey,
+    slot: &mut Slot,
+    models_root: &str,
+    node: Option<&NodeView>,
+) -> Vec<ModelKey> {
+    let mut affected = Vec::new();
+    for inc in slot.all_mut() {
+        let now = member_of(key, inc, models_root, node);
+        let before = inc.share.as_ref().and_then(|s| s.registered.clone());
+        if now == before {
+            continue;
+        }
+        if let Some((dir, old)) = &before {
+            leave(dirs, dir, &old.uid, &mut affected);
+        }
+        if let Some((dir, member)) = &now {
+            join(dirs, dir, member.clone(), &mut affected);
+        }
+        if now.is_some() || inc.share.is_some() {
+            inc.share_mut().registered = now;
+        }
+    }
+    affected.retain(|k| k != key);
+    affected
+}
+
+/// Remove uids no longer in `slot` (dropped incarnations) from the directories they used.
+pub(super) fn unregister(dirs: &mut Map<Arc<str>, Arc<DirUse>>, gone: &[(Arc<str>, Uid)]) -> Vec<ModelKey> {
+    let mut affected = Vec::new();
+    for (dir, uid) in gone {
+        leave(dirs, dir, uid, &mut affected);
+    }
+    affected
+}
+
+fn join(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &Arc<str>, member: Member, affected: &mut Vec<ModelKey>) {
+    let using = Arc::make_mut(dirs.entry(dir.clone()).or_default());
+    affected.extend(using.members.iter().map(|m| m.key.clone()));
+    let at = using.members.partition_point(|m| (&m.key, &m.uid) < (&member.key, &member.uid));
+    using.members.insert(at, member);
+}
+
+fn leave(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &Arc<str>, uid: &Uid, affected: &mut Vec<ModelKey>) {
+    let Some(shared) = dirs.get_mut(dir) else { return };
+    let using = Arc::make_mut(shared);
+    using.members.retain(|m| m.uid != *uid);
+    affected.extend(using.members.iter().map(|m| m.key.clone()));
+    if using.members.is_empty() {
+        dirs.remove(dir);
+    }
+}
+
+/// A download into `dir` ended with the marker naming `uids`.
+pub(super) fn marked(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &str, uids: impl IntoIterator<Item = Uid>) {
+    let Some(shared) = dirs.get_mut(dir) else { return };
+    let using = Arc::make_mut(shared);
+    using.marked.extend(uids);
+    using.marked.sort();
+    using.marked.dedup();
+}
+
+/// May a model listed (or known) use the copy `rel`? Conservative: an `hf://` model of the same
+/// repository with `ReuseIfExists` uses it unless it is known to have resolved to another commit.
+pub fn may_use_copy(obj: &ModelObject, known_commit: Option<&str>, rel: &str) -> bool {
+    let Some((org, repo, commit)) = copy_parts(rel) else { return false };
+    let Some(spec) = obj.spec() else { return false };
+    let Ok(StorageUri::HuggingFace { org: o, repo: r, revision }) = &spec.uri else { return false };
+    if spec.download_policy != DownloadPolicy::ReuseIfExists || o != org || r != repo {
+        return false;
+    }
+    match known_commit {
+        Some(known) => known == commit,
+        None => !is_commit(revision) || revision == commit,
+    }
+}
