@@ -226,6 +226,7 @@ impl Agent {
             models: state.model_count(),
             root_writable: state.root().map(|r| r.writable),
             ready: readiness.ready,
+            shared_copies: state.shared_copies(),
         };
         *shared.readiness.write().expect("readiness lock") = readiness;
         if let Some(w) = &mut self.recorder {

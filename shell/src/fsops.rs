@@ -452,6 +452,24 @@ mod tests {
     }
 
     #[test]
+    fn a_marker_of_several_owners_is_scanned_for_each_and_trashed_by_any() {
+        let root = tmp("co-owned");
+        write_marker(&root, "m", &Marker::new("u2", "BaseModel/ns/m", &["u1".into(), "u2".into()])).unwrap();
+        let text = fs::read_to_string(root.join("m").join(MARKER)).unwrap();
+        assert_eq!(text, r#"{"uid":"u2","key":"BaseModel/ns/m","co_owners":["u1"]}"#);
+        let (owned, _) = scan(&root);
+        let uids: Vec<&str> = owned.iter().map(|d| d.uid.as_str()).collect();
+        assert_eq!(uids, vec!["u1", "u2"]);
+        assert!(trash_dir(&root, "m", &Uid::new("u3"), "u3-1").is_err());
+        trash_dir(&root, "m", &Uid::new("u1"), "u1-1").unwrap();
+        assert!(!root.join("m").exists());
+        // A marker of one owner is written as before sharing (no co_owners key).
+        write_marker(&root, "n", &marker("u1")).unwrap();
+        let text = fs::read_to_string(root.join("n").join(MARKER)).unwrap();
+        assert_eq!(text, r#"{"uid":"u1","key":"ClusterBaseModel/m"}"#);
+    }
+
+    #[test]
     fn symlinks_never_lead_a_trash_outside_the_root() {
         let root = tmp("symlink-root");
         let outside = tmp("symlink-outside");

@@ -19,6 +19,8 @@ pub struct CoreGauges {
     pub models: usize,
     pub root_writable: Option<bool>,
     pub ready: bool,
+    /// The shared copies models use on this node (#10).
+    pub shared_copies: Vec<model_agent_core::machine::CopyUse>,
 }
 
 #[derive(Default)]
@@ -201,6 +203,33 @@ fn gauge(s: &mut String, name: &str, help: &str, v: f64) {
     let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
 }
 
+/// Shared copies (`downloadPolicy: ReuseIfExists`): how many, their bytes, the bytes a copy
+/// per model would have taken on top, and each copy's references (labelled by its path under
+/// `_artifacts/`, one series per copy in use).
+fn render_shared(s: &mut String, copies: &[model_agent_core::machine::CopyUse]) {
+    let bytes: u64 = copies.iter().map(|c| c.bytes).sum();
+    let saved: u64 = copies.iter().map(|c| c.bytes.saturating_mul(c.references.saturating_sub(1) as u64)).sum();
+    gauge(
+        s,
+        "model_agent_shared_copies",
+        "Shared copies (one per repository commit) models on this node use.",
+        copies.len() as f64,
+    );
+    gauge(s, "model_agent_shared_copy_bytes", "Bytes of the shared copies on this node.", bytes as f64);
+    gauge(
+        s,
+        "model_agent_shared_bytes_saved",
+        "Bytes a copy per model would take beyond the shared copies (bytes x (references - 1)).",
+        saved as f64,
+    );
+    let name = "model_agent_shared_copy_references";
+    let _ = writeln!(s, "# HELP {name} Models on this node that use each shared copy.\n# TYPE {name} gauge");
+    for c in copies {
+        let copy = c.path.strip_prefix("_artifacts/").unwrap_or(&c.path);
+        let _ = writeln!(s, "{name}{{copy=\"{}\"}} {}", esc(copy), c.references);
+    }
+}
+
 /// Live reads by result and by verb.
 fn render_reads(s: &mut String, st: &model_agent_core::machine::Stats) {
     let _ = writeln!(
@@ -271,6 +300,7 @@ fn render_core(s: &mut String, core: &CoreGauges) {
         if core.ready { 1.0 } else { 0.0 },
     );
     gauge(s, "model_agent_models", "Models the agent keeps track of.", core.models as f64);
+    render_shared(s, &core.shared_copies);
     counter(
         s,
         "model_agent_effect_failures_total",
@@ -337,5 +367,28 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "{line} missing from\n{text}");
         }
         assert_eq!(text.matches("model_agent_download_duration_seconds_bucket{").count(), 11, "10 bounds and +Inf");
+    }
+
+    #[test]
+    fn shared_copies_show_their_count_bytes_savings_and_references() {
+        use model_agent_core::machine::CopyUse;
+        let m = Metrics::default();
+        let copy = |path: &str, references, bytes| CopyUse { path: path.into(), references, bytes };
+        m.core.lock().unwrap().shared_copies = vec![
+            copy("_artifacts/org/a/c1", 3, 1000),
+            copy("_artifacts/org/b/c2", 1, 50),
+            copy("_artifacts/o/x/c3", 2, 0),
+        ];
+        let text = m.render();
+        for line in [
+            "model_agent_shared_copies 3",
+            "model_agent_shared_copy_bytes 1050",
+            "model_agent_shared_bytes_saved 2000",
+            "model_agent_shared_copy_references{copy=\"org/a/c1\"} 3",
+            "model_agent_shared_copy_references{copy=\"org/b/c2\"} 1",
+            "# TYPE model_agent_shared_copy_references gauge",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing from\n{text}");
+        }
     }
 }

@@ -879,6 +879,9 @@ mod non_root;
 #[path = "e2e/hf.rs"]
 mod hf;
 
+#[path = "e2e/shared.rs"]
+mod shared;
+
 #[path = "e2e/metadata.rs"]
 mod metadata;
 

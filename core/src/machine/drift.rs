@@ -144,10 +144,13 @@ impl State {
         }
         let listed: Vec<&ModelObject> = check.listed.iter().flatten().flat_map(|v| v.iter()).collect();
         for (path, marker_uids) in &check.dirs {
-            if marker_uids.iter().any(|u| uids.contains(u)) || self.dirs.contains_key(path.as_str()) {
-                continue;
-            }
-            if shared::copy_parts(path).is_some() && self.copy_may_be_used(&listed, path) {
+            // A copy is kept by its users, not by the uids in its marker: a model that switched
+            // to its own download still lives, and its marker uid must not keep the copy.
+            let kept = match shared::copy_parts(path) {
+                Some(_) => self.copy_may_be_used(&listed, path),
+                None => marker_uids.iter().any(|u| uids.contains(u)),
+            };
+            if kept || self.dirs.contains_key(path.as_str()) {
                 continue;
             }
             let uid = marker_uids[0].clone();
@@ -180,7 +183,8 @@ impl State {
     }
 }
 
-/// Directories whose marker names no known uid and that no known model uses, grouped by path.
+/// Directories whose marker names no known uid (any copy) and that no known model uses, grouped
+/// by path.
 fn unclaimed_dirs(
     owned: &[OwnedDir],
     claimed: &FxHashSet<Uid>,
@@ -190,9 +194,12 @@ fn unclaimed_dirs(
     for d in owned {
         by_path.entry(d.path.as_str()).or_default().push(d.uid.clone());
     }
+    // A copy's marker uids do not claim it (its users do: `dirs`, then the LISTs).
+    let unclaimed =
+        |path: &str, uids: &[Uid]| shared::copy_parts(path).is_some() || !uids.iter().any(|u| claimed.contains(u));
     by_path
         .into_iter()
-        .filter(|(path, uids)| !uids.iter().any(|u| claimed.contains(u)) && !dirs.contains_key(*path))
+        .filter(|(path, uids)| unclaimed(path, uids) && !dirs.contains_key(*path))
         .map(|(path, uids)| (path.to_string(), uids))
         .collect()
 }

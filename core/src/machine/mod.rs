@@ -39,7 +39,7 @@ pub use records::{DownloadRun, Fetched, Incarnation, Life, Plan, Published, Read
 pub use tables::Want;
 use tables::{Context, IncOp, eligible_now, next_op, want};
 use timers::sync_timers;
-pub use views::IncarnationView;
+pub use views::{CopyUse, IncarnationView};
 
 use crate::model::{Kind, ModelKey, ModelObject, Uid};
 use crate::placement::{NodeView, placement};

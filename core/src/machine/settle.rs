@@ -142,11 +142,14 @@ impl State {
             dirs_trashing,
         };
         let before: Vec<(Arc<str>, Uid)> = registrations(slot);
+        let before_dirs: Vec<Arc<str>> = before.iter().map(|(d, _)| d.clone()).collect();
         st.copy_released |= drive(&env, &mut emitter, timers, stats, key, slot);
         let gone: Vec<(Arc<str>, Uid)> =
             before.into_iter().filter(|(_, uid)| !slot.all().any(|i| i.uid() == uid)).collect();
         st.dir_affected.extend(shared::unregister(dirs, &gone));
         st.dir_affected.extend(shared::register(dirs, key, slot, &config.models_root, node.as_deref()));
+        // A copy whose last user left (a delete, a switch to its own download): the sweep decides.
+        st.copy_released |= before_dirs.iter().any(|d| shared::copy_parts(d).is_some() && !dirs.contains_key(d));
         sync_timers(timers, key, slot);
         if slot.is_empty() {
             reindex_slot(sync, key, None);
@@ -246,6 +249,7 @@ pub(super) fn drive(
     copy_released
 }
 
+#[allow(clippy::large_enum_variant, reason = "one value per decision, moved at once, never stored")]
 enum Decision {
     Act(Op, IncOp),
     /// Confirmed gone, nothing of it wanted and nothing left to remove.

@@ -216,6 +216,26 @@ fn switching_to_always_download_unlinks_then_downloads_its_own_copy() {
 }
 
 #[test]
+fn the_last_user_switching_to_its_own_download_leaves_the_copy_to_the_sweep() {
+    let mut h = H::new();
+    let models = vec![reuse(&ModelKey::cluster("qwen"), "c1", "/mnt/models/qwen")];
+    let mut seen = Seen::default();
+    let e = h.start(true, models.clone());
+    run(&mut h, e, &mut seen, &[], &models);
+    let own = vec![obj(&models[0].key, "c1", "hf://org/repo@main", Some("/mnt/models/qwen"))];
+    let e = h.apply(own[0].clone());
+    let owned = [copy_marked(&["c1"]), vec![OwnedDir { path: "qwen".into(), uid: Uid::new("c1") }]].concat();
+    run(&mut h, e, &mut seen, &owned, &own);
+    assert_eq!(seen.unlinks, vec![("qwen".to_string(), COPY.to_string())]);
+    assert!(seen.trashed.is_empty());
+    // Its marker still names the live uid, but a copy is kept by its users only.
+    let e = h.advance(shared::SWEEP_DELAY_MS);
+    run(&mut h, e, &mut seen, &owned, &own);
+    assert_eq!(seen.trashed, vec![COPY.to_string()]);
+    assert_eq!(h.s.shared_copies(), vec![]);
+}
+
+#[test]
 fn a_path_already_taken_is_never_replaced_and_the_model_downloads_its_own_copy() {
     let mut h = H::new();
     let m = reuse(&ModelKey::cluster("qwen"), "c1", "/mnt/models/qwen");
@@ -279,4 +299,10 @@ fn a_phantom_delete_of_a_sharing_model_changes_nothing() {
     let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(models[1].clone()) });
     run(&mut h, e, &mut seen, &copy_marked(&["c1", "a1", "b1"]), &models);
     assert!(seen.unlinks.is_empty() && seen.trashed.is_empty());
+}
+
+#[test]
+fn the_copy_counts_every_model_that_uses_it_and_its_bytes() {
+    let (h, _, _) = three_ready();
+    assert_eq!(h.s.shared_copies(), vec![CopyUse { path: COPY.into(), references: 3, bytes: 1000 }]);
 }

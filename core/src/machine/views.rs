@@ -50,6 +50,39 @@ impl State {
         }
         (count, oldest)
     }
+
+    /// The shared copies (`_artifacts/...`) models on this node use now, for the metrics: how
+    /// many models reference each (not confirmed gone) and its bytes once downloaded.
+    pub fn shared_copies(&self) -> Vec<CopyUse> {
+        let copies = self.dirs.iter().filter(|(dir, _)| shared::copy_parts(dir).is_some());
+        copies
+            .map(|(dir, using)| {
+                let references = using.members.iter().filter(|m| m.alive).count();
+                let bytes_of = |m: &shared::Member| {
+                    let inc = self.slots.get(&m.key)?.all().find(|i| *i.uid() == m.uid)?;
+                    match &inc.fetched {
+                        Fetched::Done { plan, bytes, .. } if plan.fetch_into().is_some_and(|(_, d)| d == &**dir) => {
+                            Some(*bytes)
+                        }
+                        _ => None,
+                    }
+                };
+                let bytes = using.members.iter().filter_map(bytes_of).max().unwrap_or(0);
+                CopyUse { path: dir.to_string(), references, bytes }
+            })
+            .collect()
+    }
+}
+
+/// One shared copy as the metrics show it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CopyUse {
+    /// Beneath the models root: `_artifacts/<org>/<repo>/<commit>`.
+    pub path: String,
+    /// Models not confirmed gone that use it.
+    pub references: usize,
+    /// The bytes of its files, once a download of it finished (0 before).
+    pub bytes: u64,
 }
 
 /// The views of one slot's incarnations, current first.

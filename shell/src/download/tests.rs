@@ -309,6 +309,45 @@ async fn another_uids_directory_is_never_written() {
     assert!(hub.requests().is_empty(), "the Hub is not even asked");
 }
 
+/// Same-path reuse (#10): a second model with the same source and path finds the first one's
+/// marker, checks the files in place (fetching nothing) and the marker then names both owners.
+#[tokio::test]
+async fn a_co_owner_finds_the_files_in_place_and_the_marker_then_names_both() {
+    let (hub, root) = (hub(), Root::new("co-owned"));
+    let first = finished(run(job(&root, "main"), &opts(&hub)).await.0);
+    let served = served_all(&hub);
+    let second = Job { uid: "uid-2".into(), co_owners: vec![UID.into()], ..job(&root, "main") };
+    let done = finished(run(second, &opts(&hub)).await.0);
+    assert_eq!((done.commit, done.bytes_fetched), (first.commit, 0));
+    assert_eq!(served_all(&hub), served, "nothing fetched again");
+    let text = std::fs::read_to_string(root.dest().join(MARKER)).unwrap();
+    let marker: crate::fsops::Marker = serde_json::from_str(&text).unwrap();
+    let mut named: Vec<&str> = marker.uids().collect();
+    named.sort_unstable();
+    assert_eq!(named, vec![UID, "uid-2"]);
+    // A model that shares with neither is still refused.
+    let stranger = Job { uid: "uid-3".into(), co_owners: vec!["uid-4".into()], ..job(&root, "main") };
+    let error = run(stranger, &opts(&hub)).await.0.result.unwrap_err();
+    assert!(matches!(error, DownloadError::OwnedByOther { .. }), "{error}");
+}
+
+/// `Op::Resolve` when the Hub cannot answer: the copy a model's symlink points at stands in
+/// only while it is complete.
+#[tokio::test]
+async fn a_linked_copy_stands_in_for_the_hub_only_while_complete() {
+    let (hub, root) = (hub(), Root::new("linked-copy"));
+    let commit = hub.commit_sha(REPO, "c2").unwrap();
+    let copy = format!("{}/{REPO}/{commit}", crate::links::ARTIFACTS);
+    finished(run(Job { dest_rel: copy.clone(), ..job(&root, &commit) }, &opts(&hub)).await.0);
+    assert_eq!(crate::links::make_link(&root.0, "team/m", &copy), Ok(crate::links::Linked::Made));
+    assert_eq!(super::complete_copy_of_link(&root.0, "team/m", REPO), Some(commit.clone()));
+    assert_eq!(super::complete_copy_of_link(&root.0, "team/m", "org/other"), None, "another repo");
+    assert_eq!(super::complete_copy_of_link(&root.0, "nothing/here", REPO), None);
+    let path = hub.paths(REPO, &commit).unwrap().into_iter().next().unwrap();
+    std::fs::write(root.0.join(&copy).join(&path), b"cut").unwrap();
+    assert_eq!(super::complete_copy_of_link(&root.0, "team/m", REPO), None, "a file's size is off");
+}
+
 #[tokio::test]
 async fn too_little_space_fails_before_the_first_byte_and_names_the_root() {
     let (hub, root) = (hub(), Root::new("space"));

@@ -9,13 +9,13 @@ use model_agent_fakehub::{CommitFixture, FakeHub, Fault, Fixtures, RepoFixture, 
 
 use super::{Agent, apply, entries, kubectl, label_key, labels, node, scratch, var, wait_until};
 
-const REPO: &str = "org/e2e";
+pub(super) const REPO: &str = "org/e2e";
 const BIG: &str = "weights/model-00001.safetensors";
 const BIG_BYTES: u64 = 4 << 20;
 const SMALL_LFS: &str = "tokenizer.model";
 const TOKEN: &str = "hf_e2e_secret_token";
 
-fn hub() -> FakeHub {
+pub(super) fn hub() -> FakeHub {
     let commit = CommitFixture::new()
         .file("config.json", r#"{"model_type":"llama","architectures":["LlamaForCausalLM"]}"#)
         .file("sub/dir/notes.txt", "nested")
@@ -29,13 +29,13 @@ fn hub() -> FakeHub {
     FakeHub::start(fixtures).expect("the fake Hub")
 }
 
-fn repo_bytes(hub: &FakeHub, repo: &str) -> u64 {
+pub(super) fn repo_bytes(hub: &FakeHub, repo: &str) -> u64 {
     let paths = hub.paths(repo, "main").unwrap();
     paths.iter().map(|p| hub.file(repo, "main", p).unwrap().size_bytes).sum()
 }
 
 /// The agent pointed at `hub`, reporting progress every half second.
-fn agent(hub: &FakeHub, n: &str, root: &Path) -> Agent {
+pub(super) fn agent(hub: &FakeHub, n: &str, root: &Path) -> Agent {
     let mut command = Command::new(env!("CARGO_BIN_EXE_model-agent"));
     command.env("HF_ENDPOINT", hub.endpoint()).env_remove("HF_TOKEN");
     Agent::launch(command, &var("AGENT_KUBECONFIG"), n, root, &["--download-progress-period-ms", "500"])
@@ -54,7 +54,7 @@ fn entry(n: &str, name: &str) -> serde_json::Value {
 }
 
 /// Every file of the repo is in `dir` with the size and hash the tree API gives.
-fn assert_files_match(hub: &FakeHub, repo: &str, dir: &Path) {
+pub(super) fn assert_files_match(hub: &FakeHub, repo: &str, dir: &Path) {
     for path in hub.paths(repo, "main").unwrap() {
         let info = hub.file(repo, "main", &path).unwrap();
         let bytes = std::fs::read(dir.join(&path)).unwrap_or_else(|e| panic!("{path}: {e}"));
@@ -68,7 +68,7 @@ fn assert_files_match(hub: &FakeHub, repo: &str, dir: &Path) {
     assert!(dir.join(".model-agent-owner").exists(), "the ownership marker is there");
 }
 
-fn trash_entries(root: &Path) -> usize {
+pub(super) fn trash_entries(root: &Path) -> usize {
     std::fs::read_dir(root.join(".model-agent-trash")).map(|d| d.count()).unwrap_or(0)
 }
 
