@@ -10,8 +10,8 @@ use model_agent_fakehub::{CommitFixture, FakeHub, Fault, Fixtures, RepoFixture, 
 use super::{Agent, apply, entries, kubectl, label_key, labels, node, scratch, var, wait_until};
 
 pub(super) const REPO: &str = "org/e2e";
-const BIG: &str = "weights/model-00001.safetensors";
-const BIG_BYTES: u64 = 4 << 20;
+pub(super) const BIG: &str = "weights/model-00001.safetensors";
+pub(super) const BIG_BYTES: u64 = 4 << 20;
 const SMALL_LFS: &str = "tokenizer.model";
 const TOKEN: &str = "hf_e2e_secret_token";
 

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::hf::{REPO, agent, assert_files_match, hub, repo_bytes, trash_entries};
+use super::hf::{BIG, BIG_BYTES, REPO, agent, assert_files_match, hub, repo_bytes, trash_entries};
 use super::{apply, apply_changed_crds, entries, kubectl, labels, node, scratch, wait_until};
 
 /// A model of `hf://REPO` at `path`, placed on `n`: `kind_meta` is the kind and metadata lines.
@@ -132,6 +132,24 @@ fn t23_shared_copy_one_download_three_links_and_the_last_delete_trashes_it() {
     assert!(keys.iter().all(|(l, _, _)| ready(n, l)), "{:?}", labels(n));
     assert!(keys.iter().all(|(_, _, link)| link_text(link).as_deref() == Some(target.as_str())));
     assert_eq!(trash_entries(&root), 0);
+
+    // A copy that fails validation is repaired in place: the agent restarts, finds the big file
+    // cut short, fetches that file alone again; the labels stay Ready throughout (no flapping on
+    // a restart, downloads.md).
+    agent.stop();
+    let big = copy.join(BIG);
+    let cut = std::fs::OpenOptions::new().write(true).open(&big).unwrap();
+    cut.set_len(BIG_BYTES / 2).unwrap();
+    drop(cut);
+    let before = bytes_served(&hub);
+    let agent = super::hf::agent(&hub, n, &root);
+    wait_until("the cut file fetched again", Duration::from_secs(60), || {
+        std::fs::metadata(&big).is_ok_and(|m| m.len() == BIG_BYTES)
+    });
+    assert_files_match(&hub, REPO, &copy);
+    let refetched = bytes_served(&hub) - before;
+    assert!(refetched >= BIG_BYTES / 2 && refetched <= BIG_BYTES, "only the bad file: {refetched} bytes");
+    wait_until("all Ready after the repair", Duration::from_secs(30), || keys.iter().all(|(l, _, _)| ready(n, l)));
 
     kubectl(&["delete", "-n", "e2e-share-a", "basemodel", "qwen"]);
     kubectl(&["delete", "-n", "e2e-share-b", "basemodel", "qwen"]);
