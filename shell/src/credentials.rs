@@ -47,6 +47,9 @@ struct AuthParameters {
     secret_key: Option<String>,
     #[serde(default)]
     token: Option<String>,
+    /// Every other parameter (an object store's `endpoint`, `region`, ...).
+    #[serde(flatten)]
+    other: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 /// Where the token comes from, read from the live object (`uid` must still be its uid).
@@ -85,6 +88,63 @@ pub async fn hf_token(
         return secret_value(client, namespace, name, data_key).await.map(Some);
     }
     Ok(source.inline.or_else(|| std::env::var("HF_TOKEN").ok().filter(|t| !t.is_empty())))
+}
+
+/// What an object store download needs from the live model (the same uid): its string
+/// parameters, and the whole Secret `spec.storage.key` names (in the model's namespace, the
+/// agent's for a ClusterBaseModel) as text. Values are never logged.
+pub async fn store_auth(
+    client: &Client,
+    key: &ModelKey,
+    uid: &str,
+    agent_namespace: &str,
+) -> Result<crate::store::StoreAuth, String> {
+    let object = live_auth_object(client, key).await?;
+    let (parameters, secret) = store_source(object, key, uid, agent_namespace)?;
+    let mut auth = crate::store::StoreAuth { parameters, ..Default::default() };
+    if let Some((namespace, name)) = secret {
+        auth.secret = secret_data(client, &namespace, &name).await?;
+        auth.secret_name = Some(format!("{namespace}/{name}"));
+    }
+    Ok(auth)
+}
+
+type Parameters = std::collections::BTreeMap<String, String>;
+
+fn store_source(
+    object: AuthObject,
+    key: &ModelKey,
+    uid: &str,
+    agent_namespace: &str,
+) -> Result<(Parameters, Option<(String, String)>), String> {
+    if object.metadata.uid.as_deref() != Some(uid) {
+        return Err(format!("{key} uid {uid} is gone (its credentials cannot be read)"));
+    }
+    let storage = object.spec.storage.unwrap_or_default();
+    let p = storage.parameters.unwrap_or_default();
+    let mut parameters: Parameters =
+        p.other.into_iter().filter_map(|(k, v)| v.as_str().map(|v| (k, v.to_string()))).collect();
+    parameters.extend(p.secret_key.map(|v| ("secretKey".to_string(), v)));
+    let namespace = match key.kind {
+        Kind::BaseModel => key.namespace.to_string(),
+        Kind::ClusterBaseModel => agent_namespace.to_string(),
+    };
+    Ok((parameters, storage.key.filter(|k| !k.is_empty()).map(|name| (namespace, name))))
+}
+
+/// Every key of a Secret, as text (a value that is not UTF-8 is an error naming its key).
+async fn secret_data(client: &Client, namespace: &str, name: &str) -> Result<Parameters, String> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let got = tokio::time::timeout(LIVE_READ_TIMEOUT, api.get(name))
+        .await
+        .map_err(|_| format!("reading Secret {namespace}/{name} timed out"))?;
+    let secret = got.map_err(|e| secret_error(namespace, name, &e))?;
+    let mut data = Parameters::new();
+    for (k, v) in secret.data.unwrap_or_default() {
+        let text = String::from_utf8(v.0).map_err(|_| format!("Secret {namespace}/{name} key {k:?} is not text"))?;
+        data.insert(k, text.trim().to_string());
+    }
+    Ok(data)
 }
 
 async fn live_auth_object(client: &Client, key: &ModelKey) -> Result<AuthObject, String> {
@@ -162,6 +222,18 @@ mod tests {
             token_source(object(o), &ModelKey::cluster("m"), "u", "ome").unwrap(),
             TokenSource { secret: None, inline: None }
         );
+    }
+
+    #[test]
+    fn a_store_gets_its_string_parameters_and_its_secret_s_place() {
+        let o = r#"{"metadata":{"uid":"u"},"spec":{"storage":{"key":"s3","parameters":{"endpoint":"http://x","region":"r","secretKey":"sa.json","n":[1]}}}}"#;
+        let (parameters, secret) = store_source(object(o), &ModelKey::namespaced("team", "m"), "u", "ome").unwrap();
+        let got: Vec<(&str, &str)> = parameters.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(got, vec![("endpoint", "http://x"), ("region", "r"), ("secretKey", "sa.json")]);
+        assert_eq!(secret, Some(("team".into(), "s3".into())));
+        let (_, secret) = store_source(object(o), &ModelKey::cluster("m"), "u", "ome").unwrap();
+        assert_eq!(secret.unwrap().0, "ome");
+        assert!(store_source(object(o), &ModelKey::cluster("m"), "v", "ome").unwrap_err().contains("gone"));
     }
 
     #[test]

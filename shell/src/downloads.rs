@@ -18,6 +18,7 @@ use model_agent_core::{ModelKey, Uid};
 use crate::agent::Ctx;
 use crate::download::{self, DownloadError, Ended, Job, Options, Progress};
 use crate::hf::HfError;
+use crate::store::Store;
 
 /// The download runtime's handle, the engine's options and the cancel switch of every download
 /// not yet ended.
@@ -25,12 +26,16 @@ use crate::hf::HfError;
 pub struct Downloads {
     runtime: tokio::runtime::Handle,
     options: Arc<Options>,
+    /// Object stores' HTTP client (the same roots, CA bundle, proxies and timeouts as the Hub's).
+    store_http: Result<reqwest::Client, String>,
     cancels: Arc<Mutex<HashMap<EffectId, watch::Sender<bool>>>>,
 }
 
 impl Downloads {
     pub fn new(runtime: tokio::runtime::Handle, options: Options) -> Downloads {
-        Downloads { runtime, options: Arc::new(options), cancels: Default::default() }
+        let store_http =
+            crate::store::http_client(&options.network, options.connect_timeout_ms, options.stall_timeout_ms);
+        Downloads { runtime, options: Arc::new(options), store_http, cancels: Default::default() }
     }
 
     /// Stop one download (the core asked); its outcome follows as usual.
@@ -100,24 +105,15 @@ pub async fn execute(c: Ctx, request: Request, mut cancel: watch::Receiver<bool>
 
 async fn run(c: &Ctx, request: &Request, cancel: watch::Receiver<bool>) -> Ended {
     let failed = |reason: String| Ended { marked: false, result: Err(DownloadError::NotStarted(reason)) };
-    let (repo_id, revision) = match StorageUri::parse(&request.storage_uri) {
-        Ok(StorageUri::HuggingFace { org, repo, revision }) => (format!("{org}/{repo}"), revision),
-        Ok(_) => {
-            return failed(format!(
-                "downloading {} is not supported by this build of model-agent",
-                request.storage_uri
-            ));
-        }
-        Err(e) => return failed(e.to_string()),
-    };
     let Some(dest_rel) = request.dest.beneath_root.clone() else {
         return failed(format!("{} is not beneath the models root", request.dest.absolute));
     };
-    let token = match crate::credentials::hf_token(&c.client, &request.key, request.uid.as_str(), &c.namespace).await {
-        Ok(token) => token,
+    let (repo_id, revision, token, store) = match source_of(c, request).await {
+        Ok(source) => source,
         Err(reason) => return failed(reason),
     };
     let job = Job {
+        store,
         root: c.root.clone(),
         dest_rel,
         uid: request.uid.as_str().to_string(),
@@ -130,6 +126,24 @@ async fn run(c: &Ctx, request: &Request, cancel: watch::Receiver<bool>) -> Ended
     let (options, outcomes, id) = (c.downloads.options.clone(), c.outcomes.clone(), request.id);
     let work = c.downloads.runtime.spawn(download_reporting(job, options, (outcomes, id), cancel));
     work.await.unwrap_or_else(|e| failed(format!("the download task ended abnormally: {e}")))
+}
+
+/// The repository (or store), revision, Hub token and store of a download, read at each attempt.
+async fn source_of(c: &Ctx, request: &Request) -> Result<(String, String, Option<String>, Option<Arc<Store>>), String> {
+    let (key, uid) = (&request.key, request.uid.as_str());
+    match StorageUri::parse(&request.storage_uri).map_err(|e| e.to_string())? {
+        StorageUri::HuggingFace { org, repo, revision } => {
+            let token = crate::credentials::hf_token(&c.client, key, uid, &c.namespace).await?;
+            Ok((format!("{org}/{repo}"), revision, token, None))
+        }
+        uri @ (StorageUri::S3 { .. } | StorageUri::Gcs { .. } | StorageUri::Azure { .. }) => {
+            let auth = crate::credentials::store_auth(&c.client, key, uid, &c.namespace).await?;
+            let http = c.downloads.store_http.clone()?;
+            let store = crate::store::open(&uri, &auth, http)?;
+            Ok((store.label.clone(), String::new(), None, Some(Arc::new(store))))
+        }
+        _ => Err(format!("downloading {} is not supported by this build of model-agent", request.storage_uri)),
+    }
 }
 
 /// `Op::Resolve`: the commit an `hf://` revision points at now (`Outcome::Resolved`). When the Hub

@@ -16,6 +16,7 @@ mod lean_model;
 mod links;
 mod metrics;
 mod modelfiles;
+mod store;
 
 use std::collections::BTreeMap;
 use std::io::Write as _;

@@ -55,7 +55,7 @@ fn parse(args: Vec<String>, env: &dyn Fn(&str) -> Option<String>) -> Result<Args
     let (repo_id, revision) = parse_hf_uri(&uri.ok_or("download needs an hf://org/repo[@rev] URI")?)?;
     let key = format!("cli/{dest_rel}");
     let token = env("HF_TOKEN").filter(|t| !t.is_empty());
-    let job = Job { root, dest_rel, uid, key, repo_id, revision, token, co_owners: Vec::new() };
+    let job = Job { root, dest_rel, uid, key, repo_id, revision, token, co_owners: Vec::new(), store: None };
     Ok(Args { job, opts })
 }
 

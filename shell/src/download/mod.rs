@@ -93,6 +93,9 @@ pub struct Job {
     pub uid: String,
     /// `ClusterBaseModel/name` or `BaseModel/ns/name`, for the marker.
     pub key: String,
+    /// An object store (`s3://`, `gs://`, `az://`) to list and fetch from instead of the Hub;
+    /// `repo_id` then names it (`s3://bucket/prefix`) and `revision` is empty.
+    pub store: Option<Arc<crate::store::Store>>,
     /// Other models' uids sharing the directory (same source, same path): a marker naming any
     /// of them is accepted, and the marker then names them all.
     pub co_owners: Vec<String>,
@@ -142,6 +145,7 @@ pub struct Finished {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DownloadError {
     Hub(HfError),
+    Store(crate::store::StoreError),
     NoSpace {
         needed_bytes: u64,
         free_bytes: u64,
@@ -173,6 +177,9 @@ impl DownloadError {
     /// The Hub could not answer (network, stall, 5xx, 429 after the retries), as opposed to an
     /// answer that says no.
     pub fn unreachable(&self) -> bool {
+        if let DownloadError::Store(error) = self {
+            return error.unreachable();
+        }
         matches!(
             self,
             DownloadError::Hub(
@@ -189,6 +196,7 @@ impl DownloadError {
         match self {
             DownloadError::Hub(error) if error.retry_slowly() => Some(RETRY_SLOWLY_MS),
             DownloadError::Hub(error) => error.retry_after_ms(),
+            DownloadError::Store(error) if error.retry_slowly() => Some(RETRY_SLOWLY_MS),
             _ => None,
         }
     }
@@ -202,6 +210,7 @@ impl fmt::Display for DownloadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DownloadError::Hub(error) => write!(f, "{error}"),
+            DownloadError::Store(error) => write!(f, "{error}"),
             DownloadError::NoSpace { needed_bytes, free_bytes, root } => {
                 write!(f, "needs {} GiB, {} GiB free on {root}", gib(*needed_bytes), gib(*free_bytes))
             }
@@ -217,6 +226,12 @@ impl fmt::Display for DownloadError {
 }
 
 impl std::error::Error for DownloadError {}
+
+impl From<crate::store::StoreError> for DownloadError {
+    fn from(error: crate::store::StoreError) -> DownloadError {
+        DownloadError::Store(error)
+    }
+}
 
 impl From<HfError> for DownloadError {
     fn from(error: HfError) -> DownloadError {

@@ -245,7 +245,7 @@ async fn run_part((ctx, file, parts, slot, mut stop): PartArgs, index: usize) ->
         let stall_ms = ctx.opts.stall_timeout_ms;
         let range = (done, end);
         let fetch =
-            hf::fetch_range(&ctx.source, &ctx.repo_id, &ctx.commit, &file, &parts.file, range, stall_ms, &slot.meter);
+            hf::fetch_range(ctx.hub(), &ctx.repo_id, &ctx.commit, &file, &parts.file, range, stall_ms, &slot.meter);
         let error = match until_cancelled(&mut stop, fetch).await? {
             Ok(answer) => return Ok(answer),
             Err(error) => error,

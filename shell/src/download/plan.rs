@@ -11,7 +11,7 @@ use tokio::task::JoinSet;
 use super::disk::{self, Dest, Manifest, ManifestFile};
 use super::progress::{FileSlot, Tally};
 use super::retry::{Retry, pause, until_cancelled};
-use super::transfer::{self, Ctx};
+use super::transfer::{self, Ctx, Source};
 use super::{DownloadError, Finished, Job, Options, TallySlot};
 use crate::fsops::Marker;
 use crate::hf::{self, HfError, HfSource, RemoteFile, is_commit_sha};
@@ -26,14 +26,14 @@ pub(super) async fn run(
     marked: &mut bool,
     mut cancel: watch::Receiver<bool>,
 ) -> Result<Finished, DownloadError> {
-    let source = HfSource::new(
-        &opts.endpoint,
-        job.token.clone(),
-        opts.connect_timeout_ms,
-        opts.stall_timeout_ms,
-        &opts.network,
-    )?;
-    hf::check_repo_id(&job.repo_id)?;
+    let source = match &job.store {
+        Some(store) => Source::Store(store.clone()),
+        None => {
+            hf::check_repo_id(&job.repo_id)?;
+            let (connect, stall) = (opts.connect_timeout_ms, opts.stall_timeout_ms);
+            Source::Hub(HfSource::new(&opts.endpoint, job.token.clone(), connect, stall, &opts.network)?)
+        }
+    };
     let existing = disk::open_dest(&job.root, &job.dest_rel, false)?;
     let stored = match &existing {
         Some(dest) => owned_manifest(dest, job)?,
@@ -109,6 +109,48 @@ fn owned_manifest(dest: &Dest, job: &Job) -> Result<Option<Option<Manifest>>, Do
 
 /// Resolve once, then the tree of that commit, each request retried as `Retry` says.
 async fn list(
+    source: &Source,
+    job: &Job,
+    opts: &Options,
+    cancel: watch::Receiver<bool>,
+) -> Result<(String, Vec<RemoteFile>), DownloadError> {
+    match source {
+        Source::Hub(hub) => Ok(list_hub(hub, job, opts, cancel).await?),
+        Source::Store(store) => list_store(store, opts, cancel).await,
+    }
+}
+
+/// Every object under the prefix, retried as `Retry` says; the listing's digest stands for the
+/// commit (the same objects, sizes and hashes give the same digest, so a complete directory is
+/// recognised by its manifest on restart).
+async fn list_store(
+    store: &crate::store::Store,
+    opts: &Options,
+    mut cancel: watch::Receiver<bool>,
+) -> Result<(String, Vec<RemoteFile>), DownloadError> {
+    let mut retry = Retry::new(opts.request_attempts_max);
+    loop {
+        match crate::store::list(store).await {
+            Ok(files) => return Ok((listing_digest(&files), files)),
+            Err(error) => {
+                let wait = retry.next_wait_store(&error, false).ok_or_else(|| error.clone())?;
+                let _ = pause(&mut cancel, wait).await;
+            }
+        }
+    }
+}
+
+/// 40 hex digits of sha256 over every path, size and hash of a listing.
+fn listing_digest(files: &[RemoteFile]) -> String {
+    use sha2::Digest as _;
+    let mut hasher = sha2::Sha256::new();
+    for f in files {
+        hasher.update(format!("{}\0{}\0{}\n", f.path, f.size_bytes, f.hash.describe()).as_bytes());
+    }
+    hasher.finalize().iter().take(20).map(|b| format!("{b:02x}")).collect()
+}
+
+async fn list_hub(
     source: &HfSource,
     job: &Job,
     opts: &Options,
@@ -153,9 +195,8 @@ fn from_stored(
     dest: Option<&Dest>,
     stored: Option<&Manifest>,
     job: &Job,
-    error: HfError,
+    error: DownloadError,
 ) -> Result<Finished, DownloadError> {
-    let error = DownloadError::Hub(error);
     if let (true, Some(dest), Some(manifest)) = (error.unreachable(), dest, stored) {
         let revision_fits = !is_commit_sha(&job.revision) || job.revision == manifest.commit;
         if revision_fits && manifest.repo_id == job.repo_id && dest.sizes_match(manifest) {

@@ -27,7 +27,16 @@ impl Retry {
 
     /// After `error`: how long to wait before trying again, or `None` to give up and report it.
     pub fn next_wait(&mut self, error: &HfError, progressed: bool) -> Option<Duration> {
-        if !retriable(error) {
+        self.next((retriable(error), error.retry_after_ms()), progressed)
+    }
+
+    /// The same for an object store's failure (it gives no `Retry-After`).
+    pub fn next_wait_store(&mut self, error: &crate::store::StoreError, progressed: bool) -> Option<Duration> {
+        self.next((error.retry_now(), None), progressed)
+    }
+
+    fn next(&mut self, (retriable, retry_after_ms): (bool, Option<u64>), progressed: bool) -> Option<Duration> {
+        if !retriable {
             return None;
         }
         if progressed {
@@ -37,7 +46,7 @@ impl Retry {
         if self.failures >= self.attempts_max {
             return None;
         }
-        if let Some(after_ms) = error.retry_after_ms() {
+        if let Some(after_ms) = retry_after_ms {
             return (after_ms <= RETRY_AFTER_WAIT_MS_MAX).then(|| Duration::from_millis(after_ms + jitter_ms(250)));
         }
         if progressed {

@@ -95,6 +95,7 @@ pub(super) fn job(root: &Root, revision: &str) -> Job {
         revision: revision.into(),
         token: None,
         co_owners: Vec::new(),
+        store: None,
     }
 }
 

@@ -14,9 +14,16 @@ use super::retry::{Retry, cancelled, pause, until_cancelled};
 use super::{DownloadError, Job, Options};
 use crate::hf::{self, HfError, HfSource, RemoteFile};
 
+/// Where the files come from (one per download: its size does not matter).
+#[allow(clippy::large_enum_variant, reason = "one value per download, never moved in a loop")]
+pub(super) enum Source {
+    Hub(HfSource),
+    Store(Arc<crate::store::Store>),
+}
+
 /// What every transfer task of one download shares.
 pub(super) struct Ctx {
-    pub source: HfSource,
+    pub source: Source,
     pub repo_id: String,
     pub commit: String,
     pub opts: Options,
@@ -25,10 +32,18 @@ pub(super) struct Ctx {
 }
 
 impl Ctx {
-    pub fn new(source: HfSource, job: &Job, commit: &str, opts: &Options, dest: Dest) -> Result<Ctx, DownloadError> {
+    pub fn new(source: Source, job: &Job, commit: &str, opts: &Options, dest: Dest) -> Result<Ctx, DownloadError> {
         let partial_dir = dest.open_partial_dir()?;
         let (repo_id, commit, opts) = (job.repo_id.clone(), commit.to_owned(), opts.clone());
         Ok(Ctx { source, repo_id, commit, opts, dest, partial_dir })
+    }
+
+    /// The Hub, for the Hub's transfer paths; `fetch_one` sends a store's files elsewhere first.
+    pub fn hub(&self) -> &HfSource {
+        match &self.source {
+            Source::Hub(hub) => hub,
+            Source::Store(_) => unreachable!("a store's files never take the Hub's transfer paths"),
+        }
     }
 }
 
@@ -78,6 +93,12 @@ async fn fetch_one(
 ) -> Result<(), DownloadError> {
     let name = disk::partial_name(&file);
     let opts = &ctx.opts;
+    if let Source::Store(store) = &ctx.source {
+        fetch_from_store(&ctx, store, &file, &name, &slot, &mut stop).await?;
+        ctx.dest.place(&ctx.partial_dir, &name, &file.path)?;
+        slot.placed.store(true, Ordering::Relaxed);
+        return Ok(());
+    }
     // A file smaller than its part count (an empty one, under a tiny threshold) goes in one stream.
     let in_parts = file.size_bytes >= opts.multipart_threshold_bytes
         && opts.multipart_concurrency > 1
@@ -117,7 +138,7 @@ async fn fetch_single(
         let partial = disk::open_partial(&ctx.partial_dir, name)?;
         let before = slot.meter.have_bytes.load(Ordering::Relaxed);
         let stall_ms = ctx.opts.stall_timeout_ms;
-        let fetch = hf::fetch_file(&ctx.source, &ctx.repo_id, &ctx.commit, file, partial, stall_ms, &slot.meter);
+        let fetch = hf::fetch_file(ctx.hub(), &ctx.repo_id, &ctx.commit, file, partial, stall_ms, &slot.meter);
         let error = match until_cancelled(stop, fetch).await? {
             Ok(()) => return Ok(()),
             Err(error) => error,
@@ -125,6 +146,32 @@ async fn fetch_single(
         // Bytes that did not verify are gone: that is no progress.
         let progressed = slot.meter.have_bytes.load(Ordering::Relaxed) > before;
         let wait = retry.next_wait(&error, progressed).ok_or(DownloadError::Hub(error))?;
+        pause(stop, wait).await?;
+    }
+}
+
+/// One object from a store, resumed from the partial file's kept prefix, retried as `Retry` says
+/// (a big object streams in parallel chunks inside one attempt).
+async fn fetch_from_store(
+    ctx: &Ctx,
+    store: &crate::store::Store,
+    file: &RemoteFile,
+    name: &str,
+    slot: &FileSlot,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<(), DownloadError> {
+    let mut retry = Retry::new(ctx.opts.request_attempts_max);
+    let knobs = (ctx.opts.stall_timeout_ms, ctx.opts.multipart_concurrency);
+    loop {
+        let partial = disk::open_partial(&ctx.partial_dir, name)?;
+        let before = slot.meter.have_bytes.load(Ordering::Relaxed);
+        let fetch = crate::store::fetch_file(store, file, partial, knobs, &slot.meter);
+        let error = match until_cancelled(stop, fetch).await? {
+            Ok(()) => return Ok(()),
+            Err(error) => error,
+        };
+        let progressed = slot.meter.have_bytes.load(Ordering::Relaxed) > before;
+        let wait = retry.next_wait_store(&error, progressed).ok_or(DownloadError::Store(error))?;
         pause(stop, wait).await?;
     }
 }

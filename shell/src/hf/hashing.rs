@@ -17,12 +17,17 @@ pub enum FileHash {
     Sha256(String),
     /// Other files: the git blob oid, sha1 of `blob {size}\0` and the content.
     GitBlobSha1(String),
+    /// Object stores: the object's MD5 (`Content-MD5`, a plain ETag, `md5Hash`, `opc-meta-md5`).
+    Md5(String),
+    /// An object store object without a usable MD5 (a multipart ETag): checked by size only.
+    SizeOnly,
 }
 
 impl FileHash {
     pub fn expected_hex(&self) -> &str {
         match self {
-            FileHash::Sha256(hex) | FileHash::GitBlobSha1(hex) => hex,
+            FileHash::Sha256(hex) | FileHash::GitBlobSha1(hex) | FileHash::Md5(hex) => hex,
+            FileHash::SizeOnly => "",
         }
     }
 
@@ -30,6 +35,8 @@ impl FileHash {
         match self {
             FileHash::Sha256(_) => "sha256",
             FileHash::GitBlobSha1(_) => "git blob sha1",
+            FileHash::Md5(_) => "md5",
+            FileHash::SizeOnly => "size only",
         }
     }
 
@@ -39,9 +46,11 @@ impl FileHash {
 }
 
 /// A running hash of one file's content.
-pub(super) enum StreamHasher {
+pub enum StreamHasher {
     Sha256(Sha256),
     GitBlobSha1(Sha1),
+    Md5(md5::Md5),
+    SizeOnly,
 }
 
 impl StreamHasher {
@@ -54,6 +63,8 @@ impl StreamHasher {
                 hasher.update(format!("blob {size_bytes}\0").as_bytes());
                 StreamHasher::GitBlobSha1(hasher)
             }
+            FileHash::Md5(_) => StreamHasher::Md5(md5::Md5::new()),
+            FileHash::SizeOnly => StreamHasher::SizeOnly,
         }
     }
 
@@ -61,6 +72,8 @@ impl StreamHasher {
         match self {
             StreamHasher::Sha256(hasher) => hasher.update(bytes),
             StreamHasher::GitBlobSha1(hasher) => hasher.update(bytes),
+            StreamHasher::Md5(hasher) => hasher.update(bytes),
+            StreamHasher::SizeOnly => {}
         }
     }
 
@@ -68,13 +81,15 @@ impl StreamHasher {
         match self {
             StreamHasher::Sha256(hasher) => hex(&hasher.finalize()),
             StreamHasher::GitBlobSha1(hasher) => hex(&hasher.finalize()),
+            StreamHasher::Md5(hasher) => hex(&hasher.finalize()),
+            StreamHasher::SizeOnly => String::new(),
         }
     }
 }
 
 /// Hashes the first `len_bytes` of `reader` into `hasher` with positional reads (blocking: a prefix can be
 /// gigabytes; one fixed buffer). `stop` is asked between chunks; true ends it with `Interrupted`.
-pub(super) fn hash_prefix(
+pub fn hash_prefix(
     reader: &File,
     len_bytes: u64,
     mut hasher: StreamHasher,
@@ -122,6 +137,18 @@ mod tests {
         hasher.update(b"hel");
         hasher.update(b"lo\n");
         assert_eq!(hasher.finish_hex(), expected.expected_hex());
+    }
+
+    #[test]
+    fn md5_matches_md5sum_and_size_only_checks_nothing_but_size() {
+        // `printf 'hello\n' | md5sum`
+        let expected = FileHash::Md5("b1946ac92492d2347c6235b4d2611184".into());
+        let mut hasher = StreamHasher::new(&expected, 6);
+        hasher.update(b"hello\n");
+        assert_eq!(hasher.finish_hex(), expected.expected_hex());
+        let mut size_only = StreamHasher::new(&FileHash::SizeOnly, 6);
+        size_only.update(b"hello\n");
+        assert_eq!(size_only.finish_hex(), FileHash::SizeOnly.expected_hex());
     }
 
     #[test]

@@ -20,12 +20,12 @@ use std::fmt;
 
 pub use error::HfError;
 pub use fetch::{Meter, fetch_file};
-#[cfg(test)]
 pub use hashing::FileHash;
 pub use hashing::file_matches;
+pub use hashing::{StreamHasher, hash_prefix};
 pub use listing::RemoteFile;
 pub use network::{Network, read_ca_bundle};
-pub use paths::{check_repo_id, is_commit_sha};
+pub use paths::{check_repo_id, check_repo_path, is_commit_sha};
 pub use ranged::{RangeAnswer, fetch_range};
 
 /// A Hub endpoint and the token for it (sent to that origin only).

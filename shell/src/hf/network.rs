@@ -92,7 +92,7 @@ impl Network {
 
     /// The system's roots (rustls-native-certs: `SSL_CERT_FILE` or `SSL_CERT_DIR` replace them, as
     /// OpenSSL's do) and the CA bundle's certificates.
-    pub(super) fn tls_config(&self) -> Result<rustls::ClientConfig, String> {
+    pub(crate) fn tls_config(&self) -> Result<rustls::ClientConfig, String> {
         let mut roots = rustls::RootCertStore::empty();
         roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
         if let Some(path) = &self.ca_bundle {

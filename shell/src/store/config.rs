@@ -1,0 +1,155 @@
+//! From a model's URI, `spec.storage.parameters` and its Secret to an OpenDAL operator.
+//!
+//! | scheme | parameters | Secret keys (`spec.storage.key`) | otherwise |
+//! |---|---|---|---|
+//! | `s3://bucket/prefix` | `endpoint`, `region` | `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN` | the AWS chain: env, web identity, instance metadata |
+//! | `gs://bucket/prefix` | `endpoint`, `anonymous: "true"` | a service-account JSON (`parameters.secretKey`, else the only key, else one ending in `.json`) | `GOOGLE_APPLICATION_CREDENTIALS`, VM metadata |
+//! | `az://account/container/prefix` | `endpoint` | `AZURE_STORAGE_KEY` (or `accountKey`), `AZURE_STORAGE_SAS_TOKEN` (or `sasToken`) | `AZURE_STORAGE_KEY` in the agent's env |
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use opendal::Operator;
+use opendal::services::{Azblob, Gcs, S3};
+use opendal_http_transport_reqwest::ReqwestTransport;
+
+use model_agent_core::storage_uri::StorageUri;
+
+use super::Store;
+
+/// What the model says about reaching its store: its `spec.storage.parameters` (strings only)
+/// and the data of the Secret `spec.storage.key` names (empty without one). Never logged.
+#[derive(Clone, Default)]
+pub struct StoreAuth {
+    pub parameters: BTreeMap<String, String>,
+    pub secret: BTreeMap<String, String>,
+    /// Where the Secret came from, to name it in reasons: `namespace/name`.
+    pub secret_name: Option<String>,
+}
+
+impl StoreAuth {
+    fn param(&self, name: &str) -> Option<&str> {
+        self.parameters.get(name).map(String::as_str).filter(|v| !v.is_empty())
+    }
+
+    fn secret_value(&self, names: &[&str]) -> Option<&str> {
+        names.iter().find_map(|n| self.secret.get(*n)).map(String::as_str).filter(|v| !v.is_empty())
+    }
+}
+
+/// An operator for `uri`'s bucket with the model's prefix, its HTTP through `http` (the agent's
+/// TLS roots, CA bundle and proxies). `Err`: why the model cannot be fetched as given.
+pub fn open(uri: &StorageUri, auth: &StoreAuth, http: reqwest::Client) -> Result<Store, String> {
+    let (op, prefix, label) = match uri {
+        StorageUri::S3 { bucket, prefix } => (s3(bucket, auth)?, prefix, format!("s3://{bucket}/{prefix}")),
+        StorageUri::Gcs { bucket, prefix } => (gcs(bucket, auth)?, prefix, format!("gs://{bucket}/{prefix}")),
+        StorageUri::Azure { account, container, prefix } => {
+            (azure(account, container, auth)?, prefix, format!("az://{account}/{container}/{prefix}"))
+        }
+        other => return Err(format!("{other:?} is not an object store this agent reads with OpenDAL")),
+    };
+    let transport = opendal::HttpTransporter::new(ReqwestTransport::new(http));
+    let context = op.base_context().with_http_transport(transport);
+    let op = op.with_context(context);
+    Ok(Store { op, prefix: prefix.clone(), label })
+}
+
+fn built(result: opendal::Result<Operator>, label: &str) -> Result<Operator, String> {
+    result.map_err(|e| format!("{label}: {}", super::short(&e.to_string())))
+}
+
+fn s3(bucket: &str, auth: &StoreAuth) -> Result<Operator, String> {
+    let mut b = S3::default().root("/").bucket(bucket);
+    if let Some(endpoint) = auth.param("endpoint") {
+        b = b.endpoint(endpoint);
+    }
+    // A custom endpoint (MinIO, Ceph, a test server) rarely has a region of its own.
+    match auth.param("region") {
+        Some(region) => b = b.region(region),
+        None if auth.param("endpoint").is_some() => b = b.region("us-east-1"),
+        None => {}
+    }
+    let id = auth.secret_value(&["AWS_ACCESS_KEY_ID", "accessKeyId"]);
+    let key = auth.secret_value(&["AWS_SECRET_ACCESS_KEY", "secretAccessKey"]);
+    match (id, key) {
+        (Some(id), Some(key)) => {
+            b = b.access_key_id(id).secret_access_key(key).disable_config_load().disable_ec2_metadata();
+            if let Some(token) = auth.secret_value(&["AWS_SESSION_TOKEN", "sessionToken"]) {
+                b = b.session_token(token);
+            }
+        }
+        (None, None) if auth.secret_name.is_none() => {}
+        _ => return Err(secret_missing(auth, "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")),
+    }
+    built(Operator::new(b), &format!("s3://{bucket}"))
+}
+
+fn gcs(bucket: &str, auth: &StoreAuth) -> Result<Operator, String> {
+    let mut b = Gcs::default().root("/").bucket(bucket);
+    if let Some(endpoint) = auth.param("endpoint") {
+        b = b.endpoint(endpoint);
+    }
+    if auth.secret_name.is_some() {
+        let json = service_account_json(auth)?;
+        b = b.credential(&base64::engine::general_purpose::STANDARD.encode(json)).disable_vm_metadata();
+    } else if auth.param("anonymous") == Some("true") {
+        b = b.skip_signature().disable_vm_metadata().disable_config_load();
+    }
+    built(Operator::new(b), &format!("gs://{bucket}"))
+}
+
+/// The service-account JSON in the Secret: `parameters.secretKey`, else its only key, else the
+/// one key ending in `.json`.
+fn service_account_json(auth: &StoreAuth) -> Result<&str, String> {
+    let json_keys: Vec<&String> = auth.secret.keys().filter(|k| k.ends_with(".json")).collect();
+    let chosen = match (auth.param("secretKey"), auth.secret.len(), json_keys.as_slice()) {
+        (Some(k), _, _) => auth.secret.get(k),
+        (None, 1, _) => auth.secret.values().next(),
+        (None, _, [one]) => auth.secret.get(*one),
+        _ => None,
+    };
+    chosen.map(String::as_str).ok_or_else(|| secret_missing(auth, "a service-account JSON"))
+}
+
+fn azure(account: &str, container: &str, auth: &StoreAuth) -> Result<Operator, String> {
+    let endpoint =
+        auth.param("endpoint").map_or_else(|| format!("https://{account}.blob.core.windows.net"), str::to_string);
+    let mut b = Azblob::default().root("/").container(container).endpoint(&endpoint).account_name(account);
+    let key = auth.secret_value(&["AZURE_STORAGE_KEY", "accountKey"]);
+    let sas = auth.secret_value(&["AZURE_STORAGE_SAS_TOKEN", "sasToken"]);
+    match (key, sas) {
+        (Some(key), _) => b = b.account_key(key),
+        (None, Some(sas)) => b = b.sas_token(sas),
+        (None, None) if auth.secret_name.is_none() => {
+            if let Ok(key) = std::env::var("AZURE_STORAGE_KEY") {
+                b = b.account_key(&key);
+            }
+        }
+        (None, None) => return Err(secret_missing(auth, "AZURE_STORAGE_KEY or AZURE_STORAGE_SAS_TOKEN")),
+    }
+    built(Operator::new(b), &format!("az://{account}/{container}"))
+}
+
+fn secret_missing(auth: &StoreAuth, wanted: &str) -> String {
+    let name = auth.secret_name.as_deref().unwrap_or("(none)");
+    let mut keys: Vec<&str> = auth.secret.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    format!("Secret {name} (spec.storage.key) lacks {wanted}; it has keys {keys:?}")
+}
+
+/// The HTTP client every store request goes through: the agent's TLS roots and CA bundle,
+/// connect and read timeouts, HTTP/1.1 (several connections for parallel ranges).
+pub fn http_client(
+    network: &crate::hf::Network,
+    connect_timeout_ms: u64,
+    stall_timeout_ms: u64,
+) -> Result<reqwest::Client, String> {
+    let tls = network.tls_config()?;
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .connect_timeout(std::time::Duration::from_millis(connect_timeout_ms))
+        .read_timeout(std::time::Duration::from_millis(stall_timeout_ms))
+        .http1_only()
+        .build()
+        .map_err(|e| format!("building the object stores' HTTP client: {e}"))
+}

@@ -1,0 +1,113 @@
+//! One object into a partial file: resumed from its kept prefix (hashed once), streamed from the
+//! store in parallel chunks (OpenDAL reads ahead `concurrency` chunks at once and yields them in
+//! order), hashed while written, checked for size and MD5 at the end.
+
+use std::fs::File;
+use std::io::{Seek, SeekFrom, Write};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures::StreamExt;
+
+use super::{Store, StoreError};
+use crate::hf::{Meter, RemoteFile, StreamHasher, hash_prefix};
+
+/// Each parallel read of a big object.
+const CHUNK_BYTES: usize = 8 << 20;
+
+/// Downloads `file` into `partial` (opened by the caller beneath its partial directory). On
+/// success the partial file holds the verified content, synced. Stalled and Truncated keep the
+/// partial for a resume; Integrity empties it.
+pub async fn fetch_file(
+    store: &Store,
+    file: &RemoteFile,
+    mut partial: File,
+    (stall_timeout_ms, concurrency): (u64, usize),
+    meter: &Meter,
+) -> Result<(), StoreError> {
+    let (mut have, hasher) = kept_prefix(&partial, file, meter).await?;
+    let mut hasher = hasher;
+    if have < file.size_bytes {
+        let key = store.key_of(&file.path);
+        let what = format!("{} ({key})", file.path);
+        let reader = store
+            .op
+            .reader_with(&key)
+            .concurrent(concurrency.max(1))
+            .chunk(CHUNK_BYTES)
+            .await
+            .map_err(|e| StoreError::from_opendal(&what, &e))?;
+        let mut stream =
+            reader.into_bytes_stream(have..file.size_bytes).await.map_err(|e| StoreError::from_opendal(&what, &e))?;
+        partial.seek(SeekFrom::Start(have)).map_err(|e| local(file, e))?;
+        let stall = Duration::from_millis(stall_timeout_ms);
+        loop {
+            let next = tokio::time::timeout(stall, stream.next()).await;
+            let bytes = match next {
+                Err(_) => return Err(StoreError::Stalled { what, stall_timeout_ms }),
+                Ok(None) => break,
+                Ok(Some(Err(e))) => {
+                    let reason = e.to_string();
+                    return Err(cut(file, have, &StoreError::Temporary { what, reason }));
+                }
+                Ok(Some(Ok(bytes))) => bytes,
+            };
+            if have + bytes.len() as u64 > file.size_bytes {
+                return Err(emptied(partial, file, "more bytes than listed".into()));
+            }
+            partial.write_all(&bytes).map_err(|e| local(file, e))?;
+            hasher.update(&bytes);
+            have += bytes.len() as u64;
+            meter.have_bytes.store(have, Ordering::Relaxed);
+            meter.fetched_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        }
+    }
+    if have < file.size_bytes {
+        return Err(StoreError::Truncated {
+            path: file.path.clone(),
+            got_bytes: have,
+            expected_bytes: file.size_bytes,
+        });
+    }
+    let got = hasher.finish_hex();
+    if got != file.hash.expected_hex() {
+        return Err(emptied(partial, file, got));
+    }
+    partial.sync_all().map_err(|e| local(file, e))
+}
+
+/// What the partial file holds already, hashed (blocking, on a thread of its own); a partial
+/// longer than the object starts again from zero.
+async fn kept_prefix(partial: &File, file: &RemoteFile, meter: &Meter) -> Result<(u64, StreamHasher), StoreError> {
+    let len = partial.metadata().map_err(|e| local(file, e))?.len();
+    let reader = partial.try_clone().map_err(|e| local(file, e))?;
+    let (expected, size) = (file.hash.clone(), file.size_bytes);
+    let keep = if len <= size { len } else { 0 };
+    if keep == 0 {
+        reader.set_len(0).map_err(|e| local(file, e))?;
+    }
+    let hashed =
+        tokio::task::spawn_blocking(move || hash_prefix(&reader, keep, StreamHasher::new(&expected, size), &|| false));
+    let hasher = hashed.await.map_err(|e| StoreError::Other { reason: e.to_string() })?.map_err(|e| local(file, e))?;
+    meter.have_bytes.store(keep, Ordering::Relaxed);
+    Ok((keep, hasher))
+}
+
+/// An error mid-stream keeps what arrived: a retry resumes from there.
+fn cut(file: &RemoteFile, have: u64, error: &StoreError) -> StoreError {
+    match error {
+        StoreError::Temporary { .. } | StoreError::Other { .. } => {
+            StoreError::Truncated { path: file.path.clone(), got_bytes: have, expected_bytes: file.size_bytes }
+        }
+        other => other.clone(),
+    }
+}
+
+fn emptied(partial: File, file: &RemoteFile, got: String) -> StoreError {
+    let _ = partial.set_len(0);
+    StoreError::Integrity { path: file.path.clone(), expected: file.hash.describe(), got }
+}
+
+fn local(file: &RemoteFile, e: std::io::Error) -> StoreError {
+    StoreError::Other { reason: format!("{}: partial file: {e}", file.path) }
+}

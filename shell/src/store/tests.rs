@@ -1,0 +1,87 @@
+//! The store module's pure parts; the transfers run against real servers in the e2e tests
+//! (`scripts/object-stores` starts them).
+
+use super::config::{StoreAuth, open};
+use super::listing::md5_of;
+use super::{StoreError, join_key};
+use model_agent_core::storage_uri::StorageUri;
+
+fn client() -> reqwest::Client {
+    super::http_client(&crate::hf::Network::default(), 1_000, 1_000).unwrap()
+}
+
+fn auth(parameters: &[(&str, &str)], secret: Option<&[(&str, &str)]>) -> StoreAuth {
+    let map = |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    StoreAuth {
+        parameters: map(parameters),
+        secret: secret.map(map).unwrap_or_default(),
+        secret_name: secret.map(|_| "ns/creds".to_string()),
+    }
+}
+
+#[test]
+fn an_md5_comes_from_content_md5_in_base64_or_hex_else_from_a_plain_etag() {
+    let hex = "b1946ac92492d2347c6235b4d2611184";
+    assert_eq!(md5_of(Some("sZRqySSS0jR8YjW00mERhA=="), None).as_deref(), Some(hex));
+    assert_eq!(md5_of(Some(&hex.to_uppercase()), None).as_deref(), Some(hex));
+    assert_eq!(md5_of(None, Some(&format!("\"{hex}\""))).as_deref(), Some(hex));
+    // A multipart ETag is no hash of the content; an odd Content-MD5 falls back to the ETag.
+    assert_eq!(md5_of(None, Some("\"d41d8cd98f00b204e9800998ecf8427e-3\"")), None);
+    assert_eq!(md5_of(Some("bm90IGFuIG1kNQ=="), Some(hex)).as_deref(), Some(hex));
+    assert_eq!(md5_of(None, None), None);
+}
+
+#[test]
+fn keys_join_the_prefix_and_the_path_with_one_slash() {
+    assert_eq!(join_key("models/llama", "config.json"), "models/llama/config.json");
+    assert_eq!(join_key("models/llama/", "a/b.bin"), "models/llama/a/b.bin");
+    assert_eq!(join_key("", "x"), "x");
+    assert_eq!(join_key("/p", "x"), "p/x");
+}
+
+#[test]
+fn a_secret_without_the_keys_a_scheme_needs_is_a_reason_naming_what_it_has() {
+    let s3 = StorageUri::parse("s3://bucket/models/llama").unwrap();
+    let only_id = auth(&[("endpoint", "http://127.0.0.1:1")], Some(&[("AWS_ACCESS_KEY_ID", "id")]));
+    let reason = open(&s3, &only_id, client()).unwrap_err();
+    assert!(reason.contains("ns/creds") && reason.contains("AWS_SECRET_ACCESS_KEY"), "{reason}");
+    assert!(
+        reason.contains("\"AWS_ACCESS_KEY_ID\"") && !reason.contains("\"id\""),
+        "names keys, never values: {reason}"
+    );
+    let az = StorageUri::parse("az://acct/container/p").unwrap();
+    let reason = open(&az, &auth(&[], Some(&[("other", "x")])), client()).unwrap_err();
+    assert!(reason.contains("AZURE_STORAGE_KEY"), "{reason}");
+    let gs = StorageUri::parse("gs://bucket/p").unwrap();
+    let reason = open(&gs, &auth(&[], Some(&[("a", "{}"), ("b", "{}")])), client()).unwrap_err();
+    assert!(reason.contains("service-account JSON"), "{reason}");
+}
+
+#[test]
+fn each_scheme_opens_with_its_labels_and_others_are_refused() {
+    let full = auth(
+        &[("endpoint", "http://127.0.0.1:1")],
+        Some(&[("AWS_ACCESS_KEY_ID", "id"), ("AWS_SECRET_ACCESS_KEY", "secret")]),
+    );
+    let s3 = open(&StorageUri::parse("s3://b/p/q").unwrap(), &full, client()).unwrap();
+    assert_eq!(s3.label, "s3://b/p/q");
+    assert!(!format!("{s3:?}").contains("secret"), "no credential in Debug");
+    let gs = open(&StorageUri::parse("gs://b/p").unwrap(), &auth(&[("anonymous", "true")], None), client()).unwrap();
+    assert_eq!(gs.label, "gs://b/p");
+    let az_key = auth(&[("endpoint", "http://127.0.0.1:1/acct")], Some(&[("AZURE_STORAGE_KEY", "a2V5")]));
+    let az = open(&StorageUri::parse("az://acct/c/p").unwrap(), &az_key, client()).unwrap();
+    assert_eq!(az.label, "az://acct/c/p");
+    assert!(open(&StorageUri::parse("hf://org/repo").unwrap(), &full, client()).is_err());
+}
+
+#[test]
+fn failures_say_whether_to_retry_now_later_or_slowly() {
+    let denied = StoreError::Denied { what: "listing s3://b/p".into(), reason: "403 Forbidden\nbody".into() };
+    assert!(denied.retry_slowly() && !denied.retry_now());
+    assert!(denied.to_string().contains("spec.storage.key") && !denied.to_string().contains("body"));
+    let stalled = StoreError::Stalled { what: "x".into(), stall_timeout_ms: 5 };
+    assert!(stalled.unreachable() && stalled.retry_now());
+    let empty = StoreError::Empty { label: "s3://b/p".into() };
+    assert_eq!(empty.to_string(), "no objects under s3://b/p");
+    assert!(empty.retry_slowly());
+}
