@@ -882,6 +882,9 @@ mod hf;
 #[path = "e2e/shared.rs"]
 mod shared;
 
+#[path = "e2e/stores.rs"]
+mod stores;
+
 #[path = "e2e/metadata.rs"]
 mod metadata;
 

@@ -73,7 +73,7 @@ pub(super) fn trash_entries(root: &Path) -> usize {
 }
 
 /// The node label's value for ClusterBaseModel `name` on `n` ("" when there is none).
-fn status(n: &str, name: &str) -> String {
+pub(super) fn status(n: &str, name: &str) -> String {
     labels(n).get(&label_key(name)).cloned().unwrap_or_default()
 }
 
