@@ -126,3 +126,129 @@ fn t27_az_from_azurite_with_an_account_key_and_a_wrong_one() {
     let (good, bad) = (format!(", key: e2e-az{params}"), format!(", key: e2e-az-bad{params}"));
     one_scheme("az", &format!("az://{account}/{BUCKET}/{PREFIX}"), (&good, &bad), "access denied");
 }
+
+/// A TCP proxy on loopback in front of `upstream` (`host:port`) that passes the server's bytes at
+/// most `rate` bytes a second (0: as fast as they come) and counts them: a slow network, so that
+/// a download can be killed or deleted half-way. Connections live until either side closes.
+struct Throttle {
+    port: u16,
+    served: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    rate: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Throttle {
+    fn start(upstream: &str, rate: u64) -> Throttle {
+        use std::sync::Arc;
+        use std::sync::atomic::AtomicU64;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (served, rate) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(rate)));
+        let (s, r, upstream) = (served.clone(), rate.clone(), upstream.to_string());
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(server) = std::net::TcpStream::connect(&upstream) else { continue };
+                let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || pipe(c2, s2, None));
+                let (s, r) = (s.clone(), r.clone());
+                std::thread::spawn(move || pipe(server, client, Some((s, r))));
+            }
+        });
+        Throttle { port, served, rate }
+    }
+
+    fn served(&self) -> u64 {
+        self.served.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn set_rate(&self, rate: u64) {
+        self.rate.store(rate, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+type Counted = (std::sync::Arc<std::sync::atomic::AtomicU64>, std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+/// Copies `from` to `to` in 64 KiB steps; with `counted`, adds each step to the count and sleeps
+/// so that the rate holds.
+fn pipe(mut from: std::net::TcpStream, mut to: std::net::TcpStream, counted: Option<Counted>) {
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
+    let mut buf = vec![0u8; 64 << 10];
+    while let Ok(n) = from.read(&mut buf) {
+        if n == 0 || to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+        if let Some((served, rate)) = &counted {
+            served.fetch_add(n as u64, Ordering::SeqCst);
+            let rate = rate.load(Ordering::SeqCst);
+            if rate > 0 {
+                std::thread::sleep(Duration::from_secs_f64(n as f64 / rate as f64));
+            }
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Both);
+}
+
+/// Bytes held in a model directory's partial files.
+fn partial_bytes(dest: &Path) -> u64 {
+    let dir = dest.join(".model-agent-partial");
+    let files = std::fs::read_dir(dir).into_iter().flatten().flatten();
+    files.filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
+}
+
+/// `s3://` through a slow network: the agent killed half-way resumes from its partial file (the
+/// second run fetches about what was missing), and a delete during a download cancels it, removes
+/// the label and entry, and leaves nothing outside the trash.
+#[test]
+#[ignore = "needs a real kube-apiserver and the object stores: run by scripts/e2e"]
+fn t28_s3_a_killed_download_resumes_and_a_delete_mid_download_cancels_it() {
+    super::setup();
+    let n = "e2e-store-slow";
+    node(n);
+    let (root, fixtures) = (scratch("e2e-store-slow-root"), scratch("e2e-store-slow-fixture"));
+    const SIZE: usize = 48 << 20;
+    let big: Vec<u8> = (0..SIZE).map(|i| (i * 13 % 241) as u8).collect();
+    std::fs::write(fixtures.join("weights.bin"), &big).unwrap();
+    let status_put = Command::new(repo().join("scripts/object-stores"))
+        .args(["put-tree", "s3", BUCKET, "slow/v1", fixtures.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(status_put.success());
+    apply(&secret(
+        "e2e-s3",
+        &[("AWS_ACCESS_KEY_ID", &var("S3_ACCESS_KEY")), ("AWS_SECRET_ACCESS_KEY", &var("S3_SECRET_KEY"))],
+    ));
+    let upstream = var("S3_ENDPOINT").trim_start_matches("http://").to_string();
+    let proxy = Throttle::start(&upstream, 4 << 20);
+    let extra =
+        format!(", key: e2e-s3, parameters: {{endpoint: \"http://127.0.0.1:{}\", region: us-east-1}}", proxy.port);
+    let uri = format!("s3://{BUCKET}/slow/v1");
+    let launch =
+        || Agent::launch(Command::new(env!("CARGO_BIN_EXE_model-agent")), &var("AGENT_KUBECONFIG"), n, &root, &[]);
+    let first = launch();
+    let (name, dest) = ("e2e-store-slow-m", root.join("slow"));
+    apply(&model(name, n, &uri, &dest, &extra));
+    wait_until("12 MiB held in the partial file", Duration::from_secs(60), || partial_bytes(&dest) >= 12 << 20);
+    drop(first); // SIGKILL mid-download
+    std::thread::sleep(Duration::from_millis(300));
+    let kept = partial_bytes(&dest);
+    proxy.set_rate(0);
+    let before = proxy.served();
+    let second = launch();
+    wait_until("Ready after the restart", Duration::from_secs(90), || status(n, name) == "Ready");
+    assert!(std::fs::read(dest.join("weights.bin")).unwrap() == big, "the resumed file has the object's bytes");
+    let again = proxy.served() - before;
+    assert!(again <= (SIZE as u64 - kept) + (1 << 20), "resumed: {again} bytes fetched again, {kept} were kept");
+
+    // A delete while a download runs: cancelled, label and entry gone, the directory trashed.
+    proxy.set_rate(2 << 20);
+    let (other, other_dest) = ("e2e-store-slow-d", root.join("deleted"));
+    apply(&model(other, n, &uri, &other_dest, &extra));
+    wait_until("the second download under way", Duration::from_secs(60), || partial_bytes(&other_dest) >= 2 << 20);
+    kubectl(&["delete", "clusterbasemodel", other]);
+    wait_until("its label and entry removed", Duration::from_secs(20), || {
+        status(n, other).is_empty() && !entries(n).contains_key(&format!("clusterbasemodel.{other}"))
+    });
+    wait_until("its directory trashed", Duration::from_secs(30), || !other_dest.exists());
+    kubectl(&["delete", "clusterbasemodel", name]);
+    second.stop();
+}
