@@ -90,7 +90,8 @@ pub async fn execute(c: Ctx, request: Request, mut cancel: watch::Receiver<bool>
         Some(_permit) => {
             let started = std::time::Instant::now();
             let end = run(&c, &request, cancel).await;
-            c.metrics.download_ended(&request.key, &end, started.elapsed());
+            let from_store = !request.storage_uri.starts_with("hf://");
+            c.metrics.download_ended(&request.key, &end, started.elapsed(), from_store);
             log_end(&request, &end);
             let metadata = match end.result.is_ok() && request.parse_metadata {
                 true => crate::agent::model_metadata(&c, &request.key, &request.dest.absolute).await,

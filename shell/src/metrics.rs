@@ -37,6 +37,11 @@ pub struct Metrics {
     rate_limits: Mutex<BTreeMap<ModelKey, u64>>,
     download_bytes: Mutex<BTreeMap<ModelKey, u64>>,
     download_seconds: Mutex<BTreeMap<ModelKey, Histogram>>,
+    /// OME's object-store verification series: per model and result, MD5 failures per model, and
+    /// the durations (no labels).
+    verifications: Mutex<BTreeMap<(ModelKey, &'static str), u64>>,
+    md5_failed: Mutex<BTreeMap<ModelKey, u64>>,
+    verification_seconds: Mutex<Histogram>,
     pub core: Mutex<CoreGauges>,
 }
 
@@ -53,7 +58,16 @@ impl Metrics {
 
     /// One download ended: OME's success or failure count, its 429s, and for a success its
     /// duration and the bytes it holds (OME counts the listed sizes).
-    pub fn download_ended(&self, key: &ModelKey, end: &crate::download::Ended, took: std::time::Duration) {
+    /// `verified`: an object store's download, whose files were checked against the store's
+    /// sizes and MD5s (OME's verification metrics; the duration is the whole download's, as
+    /// every file is hashed while it streams).
+    pub fn download_ended(
+        &self,
+        key: &ModelKey,
+        end: &crate::download::Ended,
+        took: std::time::Duration,
+        verified: bool,
+    ) {
         use crate::download::DownloadError;
         match &end.result {
             Ok(finished) => {
@@ -70,9 +84,27 @@ impl Metrics {
             Err(DownloadError::Cancelled) => {}
             Err(_) => self.model_outcome(key, false),
         }
+        if verified {
+            self.store_verified(key, end, took);
+        }
         if crate::downloads::rate_limited(end) {
             *self.rate_limits.lock().expect("metrics lock").entry(key.clone()).or_default() += 1;
         }
+    }
+
+    fn store_verified(&self, key: &ModelKey, end: &crate::download::Ended, took: std::time::Duration) {
+        use crate::download::DownloadError;
+        use crate::store::StoreError;
+        let (result, md5_failures) = match &end.result {
+            Ok(finished) => ("success", finished.integrity_failures),
+            Err(DownloadError::Store(StoreError::Integrity { .. })) => ("failure", 1),
+            Err(_) => return,
+        };
+        *self.verifications.lock().expect("metrics lock").entry((key.clone(), result)).or_default() += 1;
+        if md5_failures > 0 {
+            *self.md5_failed.lock().expect("metrics lock").entry(key.clone()).or_default() += md5_failures;
+        }
+        self.verification_seconds.lock().expect("metrics lock").observe(took.as_secs_f64());
     }
 
     /// Drop the per-model series of models the agent no longer keeps (deleted, or never
@@ -82,12 +114,15 @@ impl Metrics {
             map.lock().expect("metrics lock").retain(|key, _| keep(key));
         }
         self.download_seconds.lock().expect("metrics lock").retain(|key, _| keep(key));
+        self.verifications.lock().expect("metrics lock").retain(|(key, _), _| keep(key));
+        self.md5_failed.lock().expect("metrics lock").retain(|key, _| keep(key));
     }
 
     pub fn render(&self) -> String {
         let mut s = String::new();
         self.render_model_series(&mut s);
         self.render_durations(&mut s);
+        self.render_verifications(&mut s);
         render_core(&mut s, &self.core.lock().expect("metrics lock").clone());
         self.render_shell(&mut s);
         s
@@ -143,6 +178,33 @@ impl Metrics {
         }
     }
 
+    /// OME's `model_agent_verifications_total{result}`, `model_agent_md5_checksum_failed_total`
+    /// and `model_agent_verification_duration_seconds` (no labels, buckets 0.1·2^k s).
+    fn render_verifications(&self, s: &mut String) {
+        let name = "model_agent_verifications_total";
+        let _ = writeln!(s, "# HELP {name} Object store downloads verified, by result.\n# TYPE {name} counter");
+        for ((key, result), v) in self.verifications.lock().expect("metrics lock").iter() {
+            let _ = writeln!(s, "{name}{{{},result=\"{result}\"}} {v}", model_labels(key));
+        }
+        let name = "model_agent_md5_checksum_failed_total";
+        let _ = writeln!(s, "# HELP {name} Object store files whose MD5 did not match.\n# TYPE {name} counter");
+        for (key, v) in self.md5_failed.lock().expect("metrics lock").iter() {
+            let _ = writeln!(s, "{name}{{{}}} {v}", model_labels(key));
+        }
+        let name = "model_agent_verification_duration_seconds";
+        let _ = writeln!(
+            s,
+            "# HELP {name} Time taken by object store downloads and their verification.\n# TYPE {name} histogram"
+        );
+        let h = self.verification_seconds.lock().expect("metrics lock").clone();
+        let mut cumulative = 0;
+        for (k, count) in h.buckets.iter().enumerate() {
+            cumulative += count;
+            let _ = writeln!(s, "{name}_bucket{{le=\"{}\"}} {cumulative}", go_float(bucket_bound(k)));
+        }
+        let _ = writeln!(s, "{name}_bucket{{le=\"+Inf\"}} {}\n{name}_sum {}\n{name}_count {}", h.count, h.sum, h.count);
+    }
+
     /// What the shell itself counts.
     fn render_shell(&self, s: &mut String) {
         counter(
@@ -167,6 +229,15 @@ impl Metrics {
 }
 
 const DURATION_BUCKETS: usize = 10;
+
+fn model_labels(key: &ModelKey) -> String {
+    format!(
+        "model_type=\"{}\",namespace=\"{}\",name=\"{}\"",
+        esc(key.kind.as_str()),
+        esc(&key.namespace),
+        esc(&key.name)
+    )
+}
 
 fn bucket_bound(k: usize) -> f64 {
     0.1 * (1u64 << k) as f64
@@ -342,14 +413,20 @@ mod tests {
         let m = Metrics::default();
         let key = ModelKey::namespaced("t", "m");
         let finished =
-            Finished { commit: "c".into(), files: 2, bytes_total: 1234, bytes_fetched: 1000, adopted_files: 0 };
-        m.download_ended(&key, &Ended { marked: true, result: Ok(finished) }, std::time::Duration::from_millis(300));
+            Finished { commit: "c".into(), files: 2, bytes_total: 1234, bytes_fetched: 1000, ..Finished::default() };
+        m.download_ended(
+            &key,
+            &Ended { marked: true, result: Ok(finished) },
+            std::time::Duration::from_millis(300),
+            false,
+        );
         let limited = DownloadError::Hub(crate::hf::HfError::RateLimited { retry_after_ms: Some(1000) });
-        m.download_ended(&key, &Ended { marked: true, result: Err(limited) }, std::time::Duration::ZERO);
+        m.download_ended(&key, &Ended { marked: true, result: Err(limited) }, std::time::Duration::ZERO, false);
         m.download_ended(
             &key,
             &Ended { marked: true, result: Err(DownloadError::Cancelled) },
             std::time::Duration::ZERO,
+            false,
         );
         let text = m.render();
         let labels = "model_type=\"BaseModel\",namespace=\"t\",name=\"m\"";
@@ -367,6 +444,40 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "{line} missing from\n{text}");
         }
         assert_eq!(text.matches("model_agent_download_duration_seconds_bucket{").count(), 11, "10 bounds and +Inf");
+    }
+
+    #[test]
+    fn a_store_download_counts_ome_s_verification_series() {
+        use crate::download::{DownloadError, Ended, Finished};
+        use crate::store::StoreError;
+        let m = Metrics::default();
+        let key = ModelKey::cluster("m");
+        let ok = Finished { integrity_failures: 2, ..Finished::default() };
+        m.download_ended(&key, &Ended { marked: true, result: Ok(ok) }, std::time::Duration::from_millis(150), true);
+        let bad = StoreError::Integrity { path: "w".into(), expected: "md5 x".into(), got: "y".into() };
+        let bad = Ended { marked: true, result: Err(DownloadError::Store(bad)) };
+        m.download_ended(&key, &bad, std::time::Duration::from_secs(100), true);
+        // A Hub download is no verification in OME's sense.
+        m.download_ended(
+            &ModelKey::cluster("hf"),
+            &Ended { marked: true, result: Ok(Finished::default()) },
+            std::time::Duration::ZERO,
+            false,
+        );
+        let text = m.render();
+        let labels = "model_type=\"ClusterBaseModel\",namespace=\"\",name=\"m\"";
+        for line in [
+            format!("model_agent_verifications_total{{{labels},result=\"success\"}} 1"),
+            format!("model_agent_verifications_total{{{labels},result=\"failure\"}} 1"),
+            format!("model_agent_md5_checksum_failed_total{{{labels}}} 3"),
+            "model_agent_verification_duration_seconds_bucket{le=\"0.2\"} 1".to_string(),
+            "model_agent_verification_duration_seconds_bucket{le=\"+Inf\"} 2".to_string(),
+            "model_agent_verification_duration_seconds_count 2".to_string(),
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing from\n{text}");
+        }
+        assert!(!text.contains("name=\"hf\"} 1\nmodel_agent_md5"), "{text}");
+        assert!(!text.lines().any(|l| l.starts_with("model_agent_verifications_total") && l.contains("\"hf\"")));
     }
 
     #[test]

@@ -130,7 +130,7 @@ pub struct Progress {
 }
 
 /// A complete download.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Finished {
     pub commit: String,
     pub files: u64,
@@ -139,6 +139,8 @@ pub struct Finished {
     pub bytes_fetched: u64,
     /// Files found in place (size and hash matching) instead of downloaded.
     pub adopted_files: u64,
+    /// Transfers whose bytes did not match their hash (fetched again).
+    pub integrity_failures: u64,
 }
 
 /// Why a download did not finish. Never holds a token.

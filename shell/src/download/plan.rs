@@ -80,7 +80,13 @@ pub(super) async fn run(
     ctx.dest.remove_partial_dir()?;
     ctx.dest.write_manifest(&manifest)?;
     let adopted_files = tally.kept_files.load(std::sync::atomic::Ordering::Relaxed);
-    Ok(Finished { adopted_files, bytes_fetched: tally.fetched_bytes(), ..finished_in_place(&manifest, 0) })
+    let integrity_failures = ctx.integrity_failures.load(std::sync::atomic::Ordering::Relaxed);
+    Ok(Finished {
+        adopted_files,
+        bytes_fetched: tally.fetched_bytes(),
+        integrity_failures,
+        ..finished_in_place(&manifest, 0)
+    })
 }
 
 fn set_complete(tally: &TallySlot, done: &Finished) {
@@ -213,6 +219,7 @@ fn finished_in_place(manifest: &Manifest, adopted_files: u64) -> Finished {
         bytes_total: manifest.files.iter().map(|f| f.size).sum(),
         bytes_fetched: 0,
         adopted_files,
+        integrity_failures: 0,
     }
 }
 

@@ -29,13 +29,15 @@ pub(super) struct Ctx {
     pub opts: Options,
     pub dest: Dest,
     pub partial_dir: OwnedFd,
+    /// Transfers whose bytes did not match their hash (each fetched again).
+    pub integrity_failures: std::sync::atomic::AtomicU64,
 }
 
 impl Ctx {
     pub fn new(source: Source, job: &Job, commit: &str, opts: &Options, dest: Dest) -> Result<Ctx, DownloadError> {
         let partial_dir = dest.open_partial_dir()?;
         let (repo_id, commit, opts) = (job.repo_id.clone(), commit.to_owned(), opts.clone());
-        Ok(Ctx { source, repo_id, commit, opts, dest, partial_dir })
+        Ok(Ctx { source, repo_id, commit, opts, dest, partial_dir, integrity_failures: Default::default() })
     }
 
     /// The Hub, for the Hub's transfer paths; `fetch_one` sends a store's files elsewhere first.
@@ -170,6 +172,9 @@ async fn fetch_from_store(
             Ok(()) => return Ok(()),
             Err(error) => error,
         };
+        if let crate::store::StoreError::Integrity { .. } = error {
+            ctx.integrity_failures.fetch_add(1, Ordering::Relaxed);
+        }
         let progressed = slot.meter.have_bytes.load(Ordering::Relaxed) > before;
         let wait = retry.next_wait_store(&error, progressed).ok_or(DownloadError::Store(error))?;
         pause(stop, wait).await?;

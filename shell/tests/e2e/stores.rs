@@ -83,6 +83,9 @@ fn one_scheme(scheme: &str, uri: &str, (good, bad): (&str, &str), bad_says: &str
     assert_same_files(&files, &dest);
     let e = entries(&n)[&format!("clusterbasemodel.{ok}")].clone();
     assert_eq!(e["config"]["modelType"], "llama", "{e}");
+    let labels = format!("model_type=\"ClusterBaseModel\",namespace=\"\",name=\"{ok}\"");
+    assert_eq!(agent.metric(&format!("model_agent_verifications_total{{{labels},result=\"success\"}}")), 1.0);
+    assert!(agent.metric(&format!("model_agent_download_bytes_total{{{labels}}}")) >= BIG_BYTES as f64);
     wait_until("wrong credentials Failed", Duration::from_secs(90), || status(&n, &denied) == "Failed");
     let why = reason(&n, &denied);
     assert!(why.contains(bad_says), "{why}");
