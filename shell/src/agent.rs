@@ -637,7 +637,8 @@ mod tests {
 
         let client = Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
         let place = (client, "node-1".to_string(), "ome".to_string(), root.clone());
-        let downloads = Downloads::new(tokio::runtime::Handle::current(), crate::download::Options::default());
+        let types = crate::shapes::InstanceTypes::from_env(None).unwrap();
+        let downloads = Downloads::new(tokio::runtime::Handle::current(), crate::download::Options::default(), types);
         let ctx = Ctx::new(place, q.outcomes_tx, q.writes_tx, (metrics.clone(), downloads), (5, 64 * 1024));
         let state = State::new(Config::new("node-1", &root_text));
         let shared = Arc::new(http::Shared {

@@ -31,6 +31,16 @@ struct AuthMeta {
 struct AuthSpec {
     #[serde(default)]
     storage: Option<AuthStorage>,
+    #[serde(default, rename = "modelFormat")]
+    model_format: Option<NameOnly>,
+    #[serde(default, rename = "additionalMetadata")]
+    additional_metadata: Option<std::collections::BTreeMap<String, serde_json::Value>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct NameOnly {
+    #[serde(default)]
+    name: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -100,8 +110,11 @@ pub async fn store_auth(
     agent_namespace: &str,
 ) -> Result<crate::store::StoreAuth, String> {
     let object = live_auth_object(client, key).await?;
+    let model_format = object.spec.model_format.as_ref().and_then(|f| f.name.clone());
+    let metadata = object.spec.additional_metadata.as_ref();
+    let metadata_type = metadata.and_then(|m| m.get("type")).and_then(|t| t.as_str()).map(str::to_string);
     let (parameters, secret) = store_source(object, key, uid, agent_namespace)?;
-    let mut auth = crate::store::StoreAuth { parameters, ..Default::default() };
+    let mut auth = crate::store::StoreAuth { parameters, model_format, metadata_type, ..Default::default() };
     if let Some((namespace, name)) = secret {
         auth.secret = secret_data(client, &namespace, &name).await?;
         auth.secret_name = Some(format!("{namespace}/{name}"));

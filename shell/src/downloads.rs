@@ -28,14 +28,21 @@ pub struct Downloads {
     options: Arc<Options>,
     /// Object stores' HTTP client (the same roots, CA bundle, proxies and timeouts as the Hub's).
     store_http: Result<reqwest::Client, String>,
+    /// `INSTANCE_TYPE_MAP` or the built-in map, for TensorRT-LLM models' shape.
+    instance_types: Arc<crate::shapes::InstanceTypes>,
     cancels: Arc<Mutex<HashMap<EffectId, watch::Sender<bool>>>>,
 }
 
 impl Downloads {
-    pub fn new(runtime: tokio::runtime::Handle, options: Options) -> Downloads {
+    pub fn new(
+        runtime: tokio::runtime::Handle,
+        options: Options,
+        instance_types: crate::shapes::InstanceTypes,
+    ) -> Downloads {
         let store_http =
             crate::store::http_client(&options.network, options.connect_timeout_ms, options.stall_timeout_ms);
-        Downloads { runtime, options: Arc::new(options), store_http, cancels: Default::default() }
+        let instance_types = Arc::new(instance_types);
+        Downloads { runtime, options: Arc::new(options), store_http, instance_types, cancels: Default::default() }
     }
 
     /// Stop one download (the core asked); its outcome follows as usual.
@@ -140,7 +147,11 @@ async fn source_of(c: &Ctx, request: &Request) -> Result<(String, String, Option
         uri @ (StorageUri::S3 { .. } | StorageUri::Gcs { .. } | StorageUri::Azure { .. }) => {
             let auth = crate::credentials::store_auth(&c.client, key, uid, &c.namespace).await?;
             let http = c.downloads.store_http.clone()?;
-            let store = crate::store::open(&uri, &auth, http)?;
+            let mut store = crate::store::open(&uri, &auth, http)?;
+            if crate::shapes::applies(auth.model_format.as_deref(), auth.metadata_type.as_deref()) {
+                let labels = crate::kubeio::live_node_labels(&c.client, &c.node).await?;
+                store.shape_filter = Some(c.downloads.instance_types.alias(&labels));
+            }
             Ok((store.label.clone(), String::new(), None, Some(Arc::new(store))))
         }
         _ => Err(format!("downloading {} is not supported by this build of model-agent", request.storage_uri)),

@@ -283,6 +283,17 @@ pub async fn live_get_node(client: &Client, node: &str) -> NodeReadResult {
     }
 }
 
+/// This Node's labels now (for a TensorRT-LLM model's shape), or why they cannot be read.
+pub async fn live_node_labels(
+    client: &Client,
+    node: &str,
+) -> Result<std::collections::BTreeMap<String, String>, String> {
+    match live_get_node(client, node).await {
+        NodeReadResult::Found(view) => Ok(view.labels.into_iter().collect()),
+        NodeReadResult::Failed(reason) => Err(reason),
+    }
+}
+
 /// One write for this node's label and ConfigMap, from one core effect.
 #[derive(Clone, Debug)]
 pub enum Write {

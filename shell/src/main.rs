@@ -16,6 +16,7 @@ mod lean_model;
 mod links;
 mod metrics;
 mod modelfiles;
+mod shapes;
 mod store;
 
 use std::collections::BTreeMap;
@@ -294,7 +295,15 @@ fn main() -> ExitCode {
     for e in hf::Network::root_certificate_errors() {
         warn!("a trusted root could not be loaded: {e}");
     }
-    let downloads = downloads::Downloads::new(download_runtime.handle().clone(), options);
+    // As upstream: an INSTANCE_TYPE_MAP that is not JSON stops the start.
+    let instance_types = match shapes::InstanceTypes::from_env(std::env::var("INSTANCE_TYPE_MAP").ok().as_deref()) {
+        Ok(map) => map,
+        Err(e) => {
+            error!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let downloads = downloads::Downloads::new(download_runtime.handle().clone(), options, instance_types);
     let result = runtime.block_on(run(cli, node_name, downloads));
     // Cancelled downloads have stopped by now; what is stuck in the kernel is left behind.
     download_runtime.shutdown_timeout(Duration::from_secs(2));

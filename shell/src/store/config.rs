@@ -25,6 +25,9 @@ pub struct StoreAuth {
     pub secret: BTreeMap<String, String>,
     /// Where the Secret came from, to name it in reasons: `namespace/name`.
     pub secret_name: Option<String>,
+    /// `spec.modelFormat.name` and `spec.additionalMetadata.type`, for the TensorRT-LLM filter.
+    pub model_format: Option<String>,
+    pub metadata_type: Option<String>,
 }
 
 impl StoreAuth {
@@ -51,7 +54,7 @@ pub fn open(uri: &StorageUri, auth: &StoreAuth, http: reqwest::Client) -> Result
     let transport = opendal::HttpTransporter::new(ReqwestTransport::new(http));
     let context = op.base_context().with_http_transport(transport);
     let op = op.with_context(context);
-    Ok(Store { op, prefix: prefix.clone(), label })
+    Ok(Store { op, prefix: prefix.clone(), label, shape_filter: None })
 }
 
 fn built(result: opendal::Result<Operator>, label: &str) -> Result<Operator, String> {

@@ -36,7 +36,11 @@ pub async fn list(store: &Store) -> Result<Vec<RemoteFile>, StoreError> {
         return Err(StoreError::Empty { label: store.label.clone() });
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(files)
+    match &store.shape_filter {
+        None => Ok(files),
+        Some(alias) => crate::shapes::keep_shape(files, alias.as_deref(), |p| store.key_of(p))
+            .map_err(|reason| StoreError::Other { reason: format!("{}: {reason}", store.label) }),
+    }
 }
 
 /// The prefix as a folder: `models/llama` lists `models/llama/...`; an empty prefix is the bucket.

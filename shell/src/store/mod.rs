@@ -25,6 +25,9 @@ pub struct Store {
     prefix: String,
     /// `s3://bucket/prefix`, to name the source in reasons and in the manifest.
     pub label: String,
+    /// A TensorRT-LLM serving model (`shapes::applies`): keep only this node's shape, the alias
+    /// (`None`: the Node has no instance-type label).
+    pub shape_filter: Option<Option<String>>,
 }
 
 impl fmt::Debug for Store {

@@ -16,6 +16,7 @@ fn auth(parameters: &[(&str, &str)], secret: Option<&[(&str, &str)]>) -> StoreAu
         parameters: map(parameters),
         secret: secret.map(map).unwrap_or_default(),
         secret_name: secret.map(|_| "ns/creds".to_string()),
+        ..StoreAuth::default()
     }
 }
 

@@ -255,3 +255,57 @@ fn t28_s3_a_killed_download_resumes_and_a_delete_mid_download_cancels_it() {
     kubectl(&["delete", "clusterbasemodel", name]);
     second.stop();
 }
+
+/// A TensorRT-LLM serving model fetches only its node's shape (OME's filter): on an H100 node
+/// (`BM.GPU.H100.8` through the built-in map) only the objects under `/H100/`; on a node whose
+/// shape has no objects, Failed with "no objects for shape".
+#[test]
+#[ignore = "needs a real kube-apiserver and the object stores: run by scripts/e2e"]
+fn t29_a_tensorrt_llm_model_fetches_only_its_node_s_shape() {
+    super::setup();
+    let fixtures = scratch("e2e-store-trt-fixture");
+    for (path, text) in [("H100/rank0.engine", "h100"), ("A100-80G/rank0.engine", "a100"), ("config.json", "{}")] {
+        std::fs::create_dir_all(fixtures.join(path).parent().unwrap()).unwrap();
+        std::fs::write(fixtures.join(path), text).unwrap();
+    }
+    let put = Command::new(repo().join("scripts/object-stores"))
+        .args(["put-tree", "s3", BUCKET, "trt/v1", fixtures.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(put.success());
+    apply(&secret(
+        "e2e-s3",
+        &[("AWS_ACCESS_KEY_ID", &var("S3_ACCESS_KEY")), ("AWS_SECRET_ACCESS_KEY", &var("S3_SECRET_KEY"))],
+    ));
+    let extra = format!(", key: e2e-s3, parameters: {{endpoint: \"{}\", region: us-east-1}}", var("S3_ENDPOINT"));
+    let mut agents = Vec::new();
+    for (n, instance_type) in [("e2e-store-h100", "BM.GPU.H100.8"), ("e2e-store-b200", "BM.GPU.B200.8")] {
+        apply(&format!(
+            "apiVersion: v1\nkind: Node\nmetadata:\n  name: {n}\n  labels: {{e2e: {n}, node.kubernetes.io/instance-type: {instance_type}}}\n"
+        ));
+        let root = scratch(&format!("{n}-root"));
+        let command = Command::new(env!("CARGO_BIN_EXE_model-agent"));
+        agents.push((n, root.clone(), Agent::launch(command, &var("AGENT_KUBECONFIG"), n, &root, &[])));
+        let yaml = model(&format!("{n}-m"), n, &format!("s3://{BUCKET}/trt/v1"), &root.join("trt"), &extra);
+        apply(&yaml.replace("spec:\n", "spec:\n  modelFormat: {name: tensorrtllm}\n"));
+    }
+    let (h100, h100_root, _) = &agents[0];
+    wait_until("the H100 node's model Ready", Duration::from_secs(60), || {
+        status(h100, &format!("{h100}-m")) == "Ready"
+    });
+    assert_eq!(std::fs::read_to_string(h100_root.join("trt/H100/rank0.engine")).unwrap(), "h100");
+    assert!(!h100_root.join("trt/A100-80G").exists() && !h100_root.join("trt/config.json").exists());
+    let b200 = agents[1].0;
+    wait_until("the B200 node's model Failed", Duration::from_secs(60), || {
+        status(b200, &format!("{b200}-m")) == "Failed"
+    });
+    assert!(
+        reason(b200, &format!("{b200}-m")).contains("no objects for shape B200"),
+        "{}",
+        reason(b200, &format!("{b200}-m"))
+    );
+    for (n, _, agent) in agents {
+        kubectl(&["delete", "clusterbasemodel", &format!("{n}-m")]);
+        agent.stop();
+    }
+}
