@@ -43,9 +43,11 @@ USAGE: model-agent [FLAGS]     (env NODE_NAME is required)
                                and the spec fields it would fill, as JSON
        model-agent download --models-root-dir ROOT --dest REL [--uid U] [--concurrency N]
                             [--multipart-concurrency N] [--multipart-threshold BYTES]
-                            [--ca-bundle FILE] hf://org/repo[@rev]
-                               download one model into ROOT/REL (endpoint from HF_ENDPOINT, else
-                               ENDPOINT; token from HF_TOKEN); progress on stderr, a JSON line
+                            [--ca-bundle FILE] [--param K=V ...] URI
+                               download one model into ROOT/REL: hf://org/repo[@rev] (endpoint
+                               from HF_ENDPOINT, else ENDPOINT; token from HF_TOKEN), or s3://,
+                               gs://, az:// (--param endpoint=..., region=...; credentials from
+                               each cloud's environment); progress on stderr, a JSON line
                                {commit, files, bytes_total, bytes_fetched, seconds} on stdout
 
   --version, -V                    print the version and exit

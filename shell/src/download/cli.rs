@@ -1,5 +1,7 @@
-//! `model-agent download`: one `hf://` model into a directory beneath a models root, outside any cluster
-//! (the benchmark runs this). Progress lines go to stderr, one JSON line to stdout at the end.
+//! `model-agent download`: one `hf://`, `s3://`, `gs://` or `az://` model into a directory beneath a
+//! models root, outside any cluster (the benchmark runs this). Progress lines go to stderr, one JSON
+//! line to stdout at the end. A store's `spec.storage.parameters` are `--param k=v`; its credentials
+//! come from the environment (each cloud's chain: `AWS_ACCESS_KEY_ID`, `AZURE_STORAGE_KEY`, ...).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -19,10 +21,11 @@ struct Args {
 }
 
 /// `download --models-root-dir ROOT --dest REL [--uid U] [--concurrency N] [--multipart-concurrency N]
-/// [--multipart-threshold BYTES] [--ca-bundle FILE] hf://org/repo[@rev]`; the endpoint, token and
-/// proxies from the environment.
+/// [--multipart-threshold BYTES] [--ca-bundle FILE] [--param K=V ...] URI`; the endpoint, token,
+/// store credentials and proxies from the environment.
 fn parse(args: Vec<String>, env: &dyn Fn(&str) -> Option<String>) -> Result<Args, String> {
     let (mut root, mut dest, mut uid, mut uri) = (None, None, "model-agent-cli".to_owned(), None);
+    let mut auth = crate::store::StoreAuth::default();
     let endpoint = super::endpoint(env);
     let network = crate::hf::Network::from_env(env, None);
     let mut opts = Options { endpoint, network, progress_period_ms: CLI_PROGRESS_PERIOD_MS, ..Options::default() };
@@ -42,6 +45,11 @@ fn parse(args: Vec<String>, env: &dyn Fn(&str) -> Option<String>) -> Result<Args
             "--multipart-concurrency" => opts.multipart_concurrency = number(value()?)?.max(1) as usize,
             "--multipart-threshold" => opts.multipart_threshold_bytes = number(value()?)?,
             "--ca-bundle" => opts.network.ca_bundle = Some(PathBuf::from(value()?)),
+            "--param" => {
+                let kv = value()?;
+                let (k, v) = kv.split_once('=').ok_or(format!("--param {kv:?}: expected KEY=VALUE"))?;
+                auth.parameters.insert(k.to_owned(), v.to_owned());
+            }
             other if other.starts_with("--") => return Err(format!("download: unknown flag {other:?}")),
             _ if uri.is_none() => uri = Some(arg),
             _ => return Err("download takes one hf:// URI".into()),
@@ -52,10 +60,31 @@ fn parse(args: Vec<String>, env: &dyn Fn(&str) -> Option<String>) -> Result<Args
     if dest_rel.starts_with('/') || dest_rel.split('/').any(|c| c == "..") {
         return Err(format!("--dest {dest_rel:?} must be relative, without '..'"));
     }
-    let (repo_id, revision) = parse_hf_uri(&uri.ok_or("download needs an hf://org/repo[@rev] URI")?)?;
+    let uri = uri.ok_or("download needs a URI: hf://org/repo[@rev], s3://, gs:// or az://")?;
     let key = format!("cli/{dest_rel}");
-    let token = env("HF_TOKEN").filter(|t| !t.is_empty());
-    let job = Job { root, dest_rel, uid, key, repo_id, revision, token, co_owners: Vec::new(), store: None };
+    let job = Job {
+        root,
+        dest_rel,
+        uid,
+        key,
+        repo_id: String::new(),
+        revision: String::new(),
+        token: None,
+        co_owners: Vec::new(),
+        store: None,
+    };
+    let job = match uri.starts_with("hf://") {
+        true => {
+            let (repo_id, revision) = parse_hf_uri(&uri)?;
+            Job { repo_id, revision, token: env("HF_TOKEN").filter(|t| !t.is_empty()), ..job }
+        }
+        false => {
+            let parsed = model_agent_core::storage_uri::StorageUri::parse(&uri).map_err(|e| e.to_string())?;
+            let http = crate::store::http_client(&opts.network, opts.connect_timeout_ms, opts.stall_timeout_ms)?;
+            let store = crate::store::open(&parsed, &auth, http)?;
+            Job { repo_id: store.label.clone(), store: Some(std::sync::Arc::new(store)), ..job }
+        }
+    };
     Ok(Args { job, opts })
 }
 
@@ -149,9 +178,18 @@ mod tests {
         let Args { job, opts } = parse(words("--models-root-dir /m --dest d hf://o/r"), &|_| None).unwrap();
         assert_eq!((job.revision.as_str(), opts.endpoint.as_str()), ("main", "https://huggingface.co"));
         for bad in
-            ["--dest d hf://o/r", "--models-root-dir /m --dest ../d hf://o/r", "--models-root-dir /m --dest d s3://b"]
+            ["--dest d hf://o/r", "--models-root-dir /m --dest ../d hf://o/r", "--models-root-dir /m --dest d ftp://b"]
         {
             assert!(parse(words(bad), &|_| None).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_store_uri_takes_its_parameters_from_param_flags() {
+        let line = "--models-root-dir /m --dest d --param endpoint=http://127.0.0.1:9 --param region=r s3://b/p";
+        let Args { job, .. } = parse(words(line), &|_| None).unwrap();
+        assert_eq!(job.repo_id, "s3://b/p");
+        assert!(job.store.is_some());
+        assert!(parse(words("--models-root-dir /m --dest d --param nokv s3://b/p"), &|_| None).is_err());
     }
 }
