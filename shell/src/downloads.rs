@@ -26,8 +26,8 @@ use crate::store::Store;
 pub struct Downloads {
     runtime: tokio::runtime::Handle,
     options: Arc<Options>,
-    /// Object stores' HTTP client (the same roots, CA bundle, proxies and timeouts as the Hub's).
-    store_http: Result<reqwest::Client, String>,
+    /// Object stores' HTTP (the same roots, CA bundle, proxies and timeouts as the Hub's).
+    store_net: Result<crate::store::Net, String>,
     /// `INSTANCE_TYPE_MAP` or the built-in map, for TensorRT-LLM models' shape.
     instance_types: Arc<crate::shapes::InstanceTypes>,
     cancels: Arc<Mutex<HashMap<EffectId, watch::Sender<bool>>>>,
@@ -39,10 +39,9 @@ impl Downloads {
         options: Options,
         instance_types: crate::shapes::InstanceTypes,
     ) -> Downloads {
-        let store_http =
-            crate::store::http_client(&options.network, options.connect_timeout_ms, options.stall_timeout_ms);
+        let store_net = crate::store::Net::new(&options.network, options.connect_timeout_ms, options.stall_timeout_ms);
         let instance_types = Arc::new(instance_types);
-        Downloads { runtime, options: Arc::new(options), store_http, instance_types, cancels: Default::default() }
+        Downloads { runtime, options: Arc::new(options), store_net, instance_types, cancels: Default::default() }
     }
 
     /// Stop one download (the core asked); its outcome follows as usual.
@@ -144,10 +143,10 @@ async fn source_of(c: &Ctx, request: &Request) -> Result<(String, String, Option
             let token = crate::credentials::hf_token(&c.client, key, uid, &c.namespace).await?;
             Ok((format!("{org}/{repo}"), revision, token, None))
         }
-        uri @ (StorageUri::S3 { .. } | StorageUri::Gcs { .. } | StorageUri::Azure { .. }) => {
+        uri @ (StorageUri::S3 { .. } | StorageUri::Gcs { .. } | StorageUri::Azure { .. } | StorageUri::Oci { .. }) => {
             let auth = crate::credentials::store_auth(&c.client, key, uid, &c.namespace).await?;
-            let http = c.downloads.store_http.clone()?;
-            let mut store = crate::store::open(&uri, &auth, http)?;
+            let net = c.downloads.store_net.as_ref().map_err(Clone::clone)?;
+            let mut store = crate::store::open(&uri, &auth, net)?;
             if crate::shapes::applies(auth.model_format.as_deref(), auth.metadata_type.as_deref()) {
                 let labels = crate::kubeio::live_node_labels(&c.client, &c.node).await?;
                 store.shape_filter = Some(c.downloads.instance_types.alias(&labels));

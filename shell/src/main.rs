@@ -16,6 +16,7 @@ mod lean_model;
 mod links;
 mod metrics;
 mod modelfiles;
+mod oci;
 mod shapes;
 mod store;
 

@@ -80,8 +80,8 @@ fn parse(args: Vec<String>, env: &dyn Fn(&str) -> Option<String>) -> Result<Args
         }
         false => {
             let parsed = model_agent_core::storage_uri::StorageUri::parse(&uri).map_err(|e| e.to_string())?;
-            let http = crate::store::http_client(&opts.network, opts.connect_timeout_ms, opts.stall_timeout_ms)?;
-            let store = crate::store::open(&parsed, &auth, http)?;
+            let net = crate::store::Net::new(&opts.network, opts.connect_timeout_ms, opts.stall_timeout_ms)?;
+            let store = crate::store::open(&parsed, &auth, &net)?;
             Job { repo_id: store.label.clone(), store: Some(std::sync::Arc::new(store)), ..job }
         }
     };

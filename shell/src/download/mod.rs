@@ -199,6 +199,7 @@ impl DownloadError {
             DownloadError::Hub(error) if error.retry_slowly() => Some(RETRY_SLOWLY_MS),
             DownloadError::Hub(error) => error.retry_after_ms(),
             DownloadError::Store(error) if error.retry_slowly() => Some(RETRY_SLOWLY_MS),
+            DownloadError::Store(error) => error.retry_after_ms(),
             _ => None,
         }
     }

@@ -30,9 +30,9 @@ impl Retry {
         self.next((retriable(error), error.retry_after_ms()), progressed)
     }
 
-    /// The same for an object store's failure (it gives no `Retry-After`).
+    /// The same for an object store's failure.
     pub fn next_wait_store(&mut self, error: &crate::store::StoreError, progressed: bool) -> Option<Duration> {
-        self.next((error.retry_now(), None), progressed)
+        self.next((error.retry_now(), error.retry_after_ms()), progressed)
     }
 
     fn next(&mut self, (retriable, retry_after_ms): (bool, Option<u64>), progressed: bool) -> Option<Duration> {

@@ -24,25 +24,47 @@ pub struct ServiceAnswer {
 /// One failure of an Object Storage request or a body read. Never holds a key or a signature.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum OciError {
-    BadConfig { reason: String },
+    BadConfig {
+        reason: String,
+    },
     /// The API key cannot be used (unreadable PEM, not RSA, passphrase-protected).
-    BadKey { reason: String },
-    Unsupported { what: String },
+    BadKey {
+        reason: String,
+    },
+    Unsupported {
+        what: String,
+    },
     /// 401: the signature, key, fingerprint, tenancy, user or clock is wrong.
     NotAuthenticated(ServiceAnswer),
     /// 403 or 404 (OCI answers 404 `BucketNotFound`/`NotAuthorizedOrNotFound` for both).
     NotFoundOrDenied(ServiceAnswer),
-    RateLimited { answer: ServiceAnswer, retry_after_ms: Option<u64> },
+    RateLimited {
+        answer: ServiceAnswer,
+        retry_after_ms: Option<u64>,
+    },
     /// 5xx or 408.
-    Server { answer: ServiceAnswer, retry_after_ms: Option<u64> },
+    Server {
+        answer: ServiceAnswer,
+        retry_after_ms: Option<u64>,
+    },
     UnexpectedStatus(ServiceAnswer),
-    Network { reason: String },
+    Network {
+        reason: String,
+    },
     /// No byte for the stall timeout.
-    Stalled { what: String, stall_timeout_ms: u64 },
+    Stalled {
+        what: String,
+        stall_timeout_ms: u64,
+    },
     /// The body ended with an error (a closed connection) before its end.
-    Cut { what: String, reason: String },
+    Cut {
+        what: String,
+        reason: String,
+    },
     /// An answer that does not follow the API (bad JSON, headers, limits passed).
-    Protocol { reason: String },
+    Protocol {
+        reason: String,
+    },
 }
 
 impl OciError {
@@ -69,7 +91,10 @@ impl OciError {
 
 impl fmt::Display for ServiceAnswer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {} {}", self.what, self.status, self.code.as_deref().unwrap_or("(no error code)"))?;
+        // A HEAD answer has no body, so no code: the status's reason phrase stands in.
+        let reason = StatusCode::from_u16(self.status).ok().and_then(|s| s.canonical_reason());
+        let code = self.code.as_deref().or(reason).unwrap_or("(no error code)");
+        write!(f, "{}: {} {code}", self.what, self.status)?;
         if let Some(message) = &self.message {
             write!(f, ": {message}")?;
         }
@@ -88,7 +113,8 @@ impl fmt::Display for OciError {
             OciError::Unsupported { what } => write!(f, "OCI: {what} is not supported yet"),
             OciError::NotAuthenticated(answer) => write!(
                 f,
-                "OCI {answer}; check the API key, its fingerprint, the tenancy and user OCIDs, and the node's clock"
+                "OCI {answer}; not authenticated: check the API key, its fingerprint, the tenancy and user OCIDs, \
+                 and the node's clock"
             ),
             OciError::NotFoundOrDenied(answer) => {
                 write!(f, "OCI {answer}; check the namespace, bucket and object names and the user's policies")
@@ -121,7 +147,8 @@ pub(super) fn classify_status(status: StatusCode, headers: &HeaderMap, body: &[u
     let (code, message) = parsed.map_or((None, None), |b| (b.code, b.message));
     let request_id = headers.get("opc-request-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
     let answer = ServiceAnswer { what: what.to_owned(), status: status.as_u16(), code, message, request_id };
-    let retry_after_ms = headers.get(http::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(parse_retry_after_ms);
+    let retry_after_ms =
+        headers.get(http::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(parse_retry_after_ms);
     match status.as_u16() {
         401 => OciError::NotAuthenticated(answer),
         403 | 404 => OciError::NotFoundOrDenied(answer),

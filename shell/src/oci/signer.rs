@@ -42,7 +42,9 @@ fn check_fingerprint(fingerprint: &str) -> Result<(), OciError> {
     if pairs.len() == 16 && pairs.iter().all(hex_pair) {
         return Ok(());
     }
-    Err(OciError::BadConfig { reason: format!("fingerprint {fingerprint:?} is not 16 lowercase hex pairs like aa:bb:…") })
+    Err(OciError::BadConfig {
+        reason: format!("fingerprint {fingerprint:?} is not 16 lowercase hex pairs like aa:bb:…"),
+    })
 }
 
 /// An OCID: non-empty, printable, without the characters that would break the keyId (`/`, `"`, `,`).
@@ -67,8 +69,8 @@ fn load_key(pem: &str, passphrase: Option<&str>) -> Result<RsaKeyPair, OciError>
              (openssl pkey -in key.pem -out key-decrypted.pem)"
         )));
     }
-    let der = PrivateKeyDer::from_pem_slice(pem.as_bytes())
-        .map_err(|e| bad(format!("no PEM private key found ({e:?})")))?;
+    let der =
+        PrivateKeyDer::from_pem_slice(pem.as_bytes()).map_err(|e| bad(format!("no PEM private key found ({e:?})")))?;
     let key = match &der {
         PrivateKeyDer::Pkcs8(der) => RsaKeyPair::from_pkcs8(der.secret_pkcs8_der()),
         PrivateKeyDer::Pkcs1(der) => RsaKeyPair::from_der(der.secret_pkcs1_der()),
@@ -136,7 +138,8 @@ mod tests {
 
     #[test]
     fn keys_load_from_pkcs8_and_pkcs1_and_refuse_encryption_clearly() {
-        let signer = |pem| RequestSigner::from_pem(test_keys::TENANCY, test_keys::USER, test_keys::FINGERPRINT, pem, None);
+        let signer =
+            |pem| RequestSigner::from_pem(test_keys::TENANCY, test_keys::USER, test_keys::FINGERPRINT, pem, None);
         let a = signer(test_keys::PRIVATE_KEY_PEM).unwrap();
         let b = signer(test_keys::PRIVATE_KEY_PKCS1_PEM).unwrap();
         let sign = |s: &RequestSigner| s.authorization(&Method::GET, "/n/", "h:1", "Thu, 01 Jan 2026 00:00:00 GMT");

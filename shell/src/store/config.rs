@@ -5,6 +5,7 @@
 //! | `s3://bucket/prefix` | `endpoint`, `region` | `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN` | the AWS chain: env, web identity, instance metadata |
 //! | `gs://bucket/prefix` | `endpoint`, `anonymous: "true"` | a service-account JSON (`parameters.secretKey`, else the only key, else one ending in `.json`) | `GOOGLE_APPLICATION_CREDENTIALS`, VM metadata |
 //! | `az://account/container/prefix` | `endpoint` | `AZURE_STORAGE_KEY` (or `accountKey`), `AZURE_STORAGE_SAS_TOKEN` (or `sasToken`) | `AZURE_STORAGE_KEY` in the agent's env |
+//! | `oci://n/ns/b/bucket/o/prefix` | `auth` (OME's: `UserPrincipal`; `InstancePrincipal`, the default, is not supported yet), `region`, `endpoint` | `tenancy`, `user`, `fingerprint`, `privateKey` (PEM), optional `passphrase` (also `OCI_TENANCY`, `OCI_USER`, `OCI_FINGERPRINT`, `OCI_PRIVATE_KEY`) | — |
 
 use std::collections::BTreeMap;
 
@@ -40,9 +41,33 @@ impl StoreAuth {
     }
 }
 
-/// An operator for `uri`'s bucket with the model's prefix, its HTTP through `http` (the agent's
-/// TLS roots, CA bundle and proxies). `Err`: why the model cannot be fetched as given.
-pub fn open(uri: &StorageUri, auth: &StoreAuth, http: reqwest::Client) -> Result<Store, String> {
+/// How the stores reach the network: OpenDAL's HTTP client, and for `oci://` the agent's own
+/// network settings and timeouts (the OCI client has its own HTTP stack, the Hub's).
+#[derive(Clone)]
+pub struct Net {
+    pub http: reqwest::Client,
+    pub network: crate::hf::Network,
+    pub timeouts: crate::oci::Timeouts,
+}
+
+impl Net {
+    pub fn new(network: &crate::hf::Network, connect_timeout_ms: u64, stall_timeout_ms: u64) -> Result<Net, String> {
+        let http = http_client(network, connect_timeout_ms, stall_timeout_ms)?;
+        let timeouts = crate::oci::Timeouts { connect_ms: connect_timeout_ms, stall_ms: stall_timeout_ms };
+        Ok(Net { http, network: network.clone(), timeouts })
+    }
+}
+
+/// A client of `uri`'s bucket with the model's prefix, its HTTP through `net` (the agent's TLS
+/// roots, CA bundle and proxies). `Err`: why the model cannot be fetched as given.
+pub fn open(uri: &StorageUri, auth: &StoreAuth, net: &Net) -> Result<Store, String> {
+    if let StorageUri::Oci { namespace, bucket, prefix } = uri {
+        let client = oci(namespace, auth, net)?;
+        let backend = super::Backend::Oci { client: Box::new(client), bucket: bucket.clone() };
+        let label = format!("oci://n/{namespace}/b/{bucket}/o/{prefix}");
+        return Ok(Store { backend, prefix: prefix.clone(), label, shape_filter: None });
+    }
+    let http = net.http.clone();
     let (op, prefix, label) = match uri {
         StorageUri::S3 { bucket, prefix } => (s3(bucket, auth)?, prefix, format!("s3://{bucket}/{prefix}")),
         StorageUri::Gcs { bucket, prefix } => (gcs(bucket, auth)?, prefix, format!("gs://{bucket}/{prefix}")),
@@ -54,7 +79,36 @@ pub fn open(uri: &StorageUri, auth: &StoreAuth, http: reqwest::Client) -> Result
     let transport = opendal::HttpTransporter::new(ReqwestTransport::new(http));
     let context = op.base_context().with_http_transport(transport);
     let op = op.with_context(context);
-    Ok(Store { op, prefix: prefix.clone(), label, shape_filter: None })
+    Ok(Store { backend: super::Backend::OpenDal(op), prefix: prefix.clone(), label, shape_filter: None })
+}
+
+/// OCI's client for `namespace`: OME's `auth` parameter (only `UserPrincipal` works for now) with
+/// the API key from the Secret.
+fn oci(namespace: &str, auth: &StoreAuth, net: &Net) -> Result<crate::oci::OciClient, String> {
+    use crate::oci::{OciAuth, OciClient, OciConfig, UserPrincipal};
+    let kind = OciAuth::kind_from_parameter(auth.param("auth")).map_err(|e| e.to_string())?;
+    let principal = match kind {
+        "UserPrincipal" => {
+            let need = |names: &[&str], what: &str| {
+                auth.secret_value(names).map(str::to_string).ok_or_else(|| secret_missing(auth, what))
+            };
+            OciAuth::UserPrincipal(UserPrincipal {
+                tenancy: need(&["tenancy", "OCI_TENANCY"], "tenancy")?,
+                user: need(&["user", "OCI_USER"], "user")?,
+                fingerprint: need(&["fingerprint", "OCI_FINGERPRINT"], "fingerprint")?,
+                private_key_pem: need(&["privateKey", "OCI_PRIVATE_KEY"], "privateKey (PEM)")?,
+                passphrase: auth.secret_value(&["passphrase", "OCI_PASSPHRASE"]).map(str::to_string),
+            })
+        }
+        _ => OciAuth::InstancePrincipal,
+    };
+    let config = OciConfig {
+        endpoint: auth.param("endpoint").map(str::to_string),
+        region: auth.param("region").map(str::to_string),
+        namespace: namespace.to_string(),
+        auth: principal,
+    };
+    OciClient::new(&config, net.timeouts, &net.network).map_err(|e| e.to_string())
 }
 
 fn built(result: opendal::Result<Operator>, label: &str) -> Result<Operator, String> {
@@ -142,7 +196,7 @@ fn secret_missing(auth: &StoreAuth, wanted: &str) -> String {
 
 /// The HTTP client every store request goes through: the agent's TLS roots and CA bundle,
 /// connect and read timeouts, HTTP/1.1 (several connections for parallel ranges).
-pub fn http_client(
+fn http_client(
     network: &crate::hf::Network,
     connect_timeout_ms: u64,
     stall_timeout_ms: u64,

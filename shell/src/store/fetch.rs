@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use super::{Store, StoreError};
+use super::{Backend, Store, StoreError};
 use crate::hf::{Meter, RemoteFile, StreamHasher, hash_prefix};
 
 /// Each parallel read of a big object.
@@ -25,20 +25,16 @@ pub async fn fetch_file(
     (stall_timeout_ms, concurrency): (u64, usize),
     meter: &Meter,
 ) -> Result<(), StoreError> {
-    let (mut have, hasher) = kept_prefix(&partial, file, meter).await?;
-    let mut hasher = hasher;
+    let (mut have, mut hasher) = kept_prefix(&partial, file, meter).await?;
     if have < file.size_bytes {
         let key = store.key_of(&file.path);
         let what = format!("{} ({key})", file.path);
-        let reader = store
-            .op
-            .reader_with(&key)
-            .concurrent(concurrency.max(1))
-            .chunk(CHUNK_BYTES)
-            .await
-            .map_err(|e| StoreError::from_opendal(&what, &e))?;
-        let mut stream =
-            reader.into_bytes_stream(have..file.size_bytes).await.map_err(|e| StoreError::from_opendal(&what, &e))?;
+        let (mut stream, from) = open_stream(store, &key, (have, file.size_bytes), concurrency, &what).await?;
+        if from != have {
+            // The server sent the whole object: start the file again.
+            (have, hasher) = (0, StreamHasher::new(&file.hash, file.size_bytes));
+            partial.set_len(0).map_err(|e| local(file, e))?;
+        }
         partial.seek(SeekFrom::Start(have)).map_err(|e| local(file, e))?;
         let stall = Duration::from_millis(stall_timeout_ms);
         loop {
@@ -46,10 +42,7 @@ pub async fn fetch_file(
             let bytes = match next {
                 Err(_) => return Err(StoreError::Stalled { what, stall_timeout_ms }),
                 Ok(None) => break,
-                Ok(Some(Err(e))) => {
-                    let reason = e.to_string();
-                    return Err(cut(file, have, &StoreError::Temporary { what, reason }));
-                }
+                Ok(Some(Err(e))) => return Err(cut(file, have, &e)),
                 Ok(Some(Ok(bytes))) => bytes,
             };
             if have + bytes.len() as u64 > file.size_bytes {
@@ -74,6 +67,37 @@ pub async fn fetch_file(
         return Err(emptied(partial, file, got));
     }
     partial.sync_all().map_err(|e| local(file, e))
+}
+
+type ByteStream = futures::stream::BoxStream<'static, Result<hyper::body::Bytes, StoreError>>;
+
+/// The object's bytes from `have` to `size`, and the offset the stream starts at (0 when a
+/// server ignored the range).
+async fn open_stream(
+    store: &Store,
+    key: &str,
+    (have, size): (u64, u64),
+    concurrency: usize,
+    what: &str,
+) -> Result<(ByteStream, u64), StoreError> {
+    match &store.backend {
+        Backend::OpenDal(op) => {
+            let opendal_error = |e: opendal::Error| StoreError::from_opendal(what, &e);
+            let reader =
+                op.reader_with(key).concurrent(concurrency.max(1)).chunk(CHUNK_BYTES).await.map_err(opendal_error)?;
+            let stream = reader.into_bytes_stream(have..size).await.map_err(opendal_error)?;
+            let what = what.to_string();
+            let stream =
+                stream.map(move |r| r.map_err(|e| StoreError::Temporary { what: what.clone(), reason: e.to_string() }));
+            Ok((stream.boxed(), have))
+        }
+        Backend::Oci { client, bucket } => {
+            let range = crate::oci::ByteRange { start: have, end: Some(size) };
+            let body = client.get_object(bucket, key, Some(range)).await.map_err(StoreError::from_oci)?;
+            let from = body.start;
+            Ok((body.into_stream().map(|r| r.map_err(StoreError::from_oci)).boxed(), from))
+        }
+    }
 }
 
 /// What the partial file holds already, hashed (blocking, on a thread of its own); a partial

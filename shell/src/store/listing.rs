@@ -4,34 +4,21 @@
 use base64::Engine as _;
 use futures::TryStreamExt;
 
-use super::{Store, StoreError};
+use super::{Backend, Store, StoreError};
 use crate::hf::{FileHash, RemoteFile, check_repo_path};
 
 /// Objects of one model at most: a listing is held in memory whole.
 pub const OBJECTS_MAX: usize = 1_000_000;
 
-/// Every object under the prefix, sorted by path. Keys ending in `/` (folder placeholders) are
-/// skipped; a key whose path cannot be a file name beneath the destination is an error.
+/// Every object under the prefix, sorted by path (a TensorRT-LLM model's only for this node's
+/// shape). Keys ending in `/` (folder placeholders) are skipped; a key whose path cannot be a file
+/// name beneath the destination is an error.
 pub async fn list(store: &Store) -> Result<Vec<RemoteFile>, StoreError> {
     let dir = listing_dir(&store.prefix);
-    let what = format!("listing {}", store.label);
-    let mut lister =
-        store.op.lister_with(&dir).recursive(true).await.map_err(|e| StoreError::from_opendal(&what, &e))?;
-    let mut files = Vec::new();
-    while let Some(entry) = lister.try_next().await.map_err(|e| StoreError::from_opendal(&what, &e))? {
-        let key = entry.path().trim_start_matches('/');
-        if key.ends_with('/') || entry.metadata().is_dir() {
-            continue;
-        }
-        let Some(path) = key.strip_prefix(dir.trim_start_matches('/')) else { continue };
-        check_repo_path(path).map_err(|e| StoreError::Other { reason: format!("{}: {e}", store.label) })?;
-        let meta = entry.metadata();
-        let hash = md5_of(meta.content_md5(), meta.etag()).map_or(FileHash::SizeOnly, FileHash::Md5);
-        files.push(RemoteFile { path: path.to_string(), size_bytes: meta.content_length(), hash });
-        if files.len() > OBJECTS_MAX {
-            return Err(StoreError::Other { reason: format!("{}: more than {OBJECTS_MAX} objects", store.label) });
-        }
-    }
+    let mut files = match &store.backend {
+        Backend::OpenDal(op) => list_opendal(store, op, &dir).await?,
+        Backend::Oci { client, bucket } => list_oci(store, client, bucket, &dir).await?,
+    };
     if files.is_empty() {
         return Err(StoreError::Empty { label: store.label.clone() });
     }
@@ -41,6 +28,74 @@ pub async fn list(store: &Store) -> Result<Vec<RemoteFile>, StoreError> {
         Some(alias) => crate::shapes::keep_shape(files, alias.as_deref(), |p| store.key_of(p))
             .map_err(|reason| StoreError::Other { reason: format!("{}: {reason}", store.label) }),
     }
+}
+
+/// An object's path beneath the destination: its key less the listed folder, checked.
+fn path_of<'k>(store: &Store, dir: &str, key: &'k str) -> Result<Option<&'k str>, StoreError> {
+    let dir = dir.trim_start_matches('/');
+    let Some(path) = key.strip_prefix(dir) else { return Ok(None) };
+    check_repo_path(path).map_err(|e| StoreError::Other { reason: format!("{}: {e}", store.label) })?;
+    Ok(Some(path))
+}
+
+fn too_many(store: &Store) -> StoreError {
+    StoreError::Other { reason: format!("{}: more than {OBJECTS_MAX} objects", store.label) }
+}
+
+async fn list_opendal(store: &Store, op: &opendal::Operator, dir: &str) -> Result<Vec<RemoteFile>, StoreError> {
+    let what = format!("listing {}", store.label);
+    let mut lister = op.lister_with(dir).recursive(true).await.map_err(|e| StoreError::from_opendal(&what, &e))?;
+    let mut files = Vec::new();
+    while let Some(entry) = lister.try_next().await.map_err(|e| StoreError::from_opendal(&what, &e))? {
+        let key = entry.path().trim_start_matches('/');
+        if key.ends_with('/') || entry.metadata().is_dir() {
+            continue;
+        }
+        let Some(path) = path_of(store, dir, key)? else { continue };
+        let meta = entry.metadata();
+        let hash = md5_of(meta.content_md5(), meta.etag()).map_or(FileHash::SizeOnly, FileHash::Md5);
+        files.push(RemoteFile { path: path.to_string(), size_bytes: meta.content_length(), hash });
+        if files.len() > OBJECTS_MAX {
+            return Err(too_many(store));
+        }
+    }
+    Ok(files)
+}
+
+/// OCI's listing (its own limits); an object whose listed MD5 is a multipart one is asked for its
+/// `opc-meta-md5` (HeadObject), else checked by size only.
+async fn list_oci(
+    store: &Store,
+    client: &crate::oci::OciClient,
+    bucket: &str,
+    dir: &str,
+) -> Result<Vec<RemoteFile>, StoreError> {
+    use crate::oci::{ExpectedMd5, ListLimits};
+    let prefix = dir.trim_start_matches('/');
+    let objects = client.list_objects(bucket, prefix, ListLimits::default()).await.map_err(StoreError::from_oci)?;
+    let mut files = Vec::new();
+    for object in objects {
+        if object.name.ends_with('/') {
+            continue;
+        }
+        let Some(path) = path_of(store, prefix, &object.name)? else { continue };
+        let hash = match md5_of(object.md5.as_deref(), None) {
+            Some(md5) => FileHash::Md5(md5),
+            None => {
+                let head = client.head_object(bucket, &object.name).await.map_err(StoreError::from_oci)?;
+                match head.expected_md5().map_err(StoreError::from_oci)? {
+                    ExpectedMd5::ContentMd5(md5) | ExpectedMd5::MetaMd5(md5) => FileHash::Md5(hex(&md5)),
+                    ExpectedMd5::SizeOnly => FileHash::SizeOnly,
+                }
+            }
+        };
+        files.push(RemoteFile { path: path.to_string(), size_bytes: object.size_bytes, hash });
+    }
+    Ok(files)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The prefix as a folder: `models/llama` lists `models/llama/...`; an empty prefix is the bucket.

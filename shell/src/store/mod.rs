@@ -1,5 +1,5 @@
 //! Object stores for the download engine (issue #11): `s3://`, `gs://` and `az://` through
-//! OpenDAL. A store lists every object under the model's prefix (the prefix stripped beneath the
+//! OpenDAL, `oci://` through the project's own client (`crate::oci`). A store lists every object under the model's prefix (the prefix stripped beneath the
 //! destination, OME's rule) as the engine's `RemoteFile`s, with the MD5 the store gives where it
 //! gives a plain one, and fetches one object into a partial file: resumed from its kept prefix,
 //! hashed while streaming, checked for size and MD5 at the end. Planning, adoption, markers, space,
@@ -13,14 +13,21 @@ mod tests;
 
 use std::fmt;
 
-pub use config::{StoreAuth, http_client, open};
+pub use config::{Net, StoreAuth, open};
 pub use fetch::fetch_file;
 pub use listing::list;
 
-/// One model's objects: an operator rooted at the bucket (or container) and the model's prefix.
+/// Who answers for the bucket.
+#[derive(Clone)]
+enum Backend {
+    OpenDal(opendal::Operator),
+    Oci { client: Box<crate::oci::OciClient>, bucket: String },
+}
+
+/// One model's objects: a client of the bucket (or container) and the model's prefix.
 #[derive(Clone)]
 pub struct Store {
-    op: opendal::Operator,
+    backend: Backend,
     /// The key prefix every object of the model starts with (as given in the URI).
     prefix: String,
     /// `s3://bucket/prefix`, to name the source in reasons and in the manifest.
@@ -57,47 +64,23 @@ fn join_key(prefix: &str, path: &str) -> String {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StoreError {
     /// The store refused the credentials or the request (401, 403).
-    Denied {
-        what: String,
-        reason: String,
-    },
+    Denied { what: String, reason: String },
     /// The bucket, container or object does not exist.
-    NotFound {
-        what: String,
-    },
-    RateLimited {
-        what: String,
-    },
+    NotFound { what: String },
+    /// The store asked to slow down (`Retry-After` when it said how long).
+    RateLimited { what: String, retry_after_ms: Option<u64> },
     /// A temporary failure (5xx, network, timeouts) that the store's client marks as retryable.
-    Temporary {
-        what: String,
-        reason: String,
-    },
+    Temporary { what: String, reason: String },
     /// No byte for the stall timeout; the partial file keeps what arrived.
-    Stalled {
-        what: String,
-        stall_timeout_ms: u64,
-    },
+    Stalled { what: String, stall_timeout_ms: u64 },
     /// The object ended before its listed size; the partial file keeps what arrived.
-    Truncated {
-        path: String,
-        got_bytes: u64,
-        expected_bytes: u64,
-    },
+    Truncated { path: String, got_bytes: u64, expected_bytes: u64 },
     /// More bytes than listed, or a hash that does not match: the partial file is emptied.
-    Integrity {
-        path: String,
-        expected: String,
-        got: String,
-    },
+    Integrity { path: String, expected: String, got: String },
     /// Nothing under the prefix.
-    Empty {
-        label: String,
-    },
+    Empty { label: String },
     /// A configuration, listing or local problem a retry will not fix soon.
-    Other {
-        reason: String,
-    },
+    Other { reason: String },
 }
 
 impl StoreError {
@@ -111,9 +94,33 @@ impl StoreError {
         matches!(self, StoreError::Denied { .. } | StoreError::NotFound { .. } | StoreError::Empty { .. })
     }
 
+    /// How long the store asked to wait.
+    pub fn retry_after_ms(&self) -> Option<u64> {
+        match self {
+            StoreError::RateLimited { retry_after_ms, .. } => *retry_after_ms,
+            _ => None,
+        }
+    }
+
     /// Worth another attempt within this download (the partial file keeps what arrived).
     pub fn retry_now(&self) -> bool {
         self.unreachable() || matches!(self, StoreError::Truncated { .. } | StoreError::Integrity { .. })
+    }
+
+    fn from_oci(e: crate::oci::OciError) -> StoreError {
+        use crate::oci::OciError;
+        let retry_after_ms = e.retry_after_ms();
+        match e {
+            OciError::NotAuthenticated(answer) => {
+                StoreError::Denied { what: answer.what.clone(), reason: answer.to_string() }
+            }
+            OciError::NotFoundOrDenied(answer) => StoreError::NotFound { what: answer.to_string() },
+            OciError::RateLimited { answer, .. } => {
+                StoreError::RateLimited { what: answer.to_string(), retry_after_ms }
+            }
+            e if e.is_transient() => StoreError::Temporary { what: String::new(), reason: e.to_string() },
+            e => StoreError::Other { reason: e.to_string() },
+        }
     }
 
     fn from_opendal(what: &str, e: &opendal::Error) -> StoreError {
@@ -122,7 +129,7 @@ impl StoreError {
         match e.kind() {
             ErrorKind::PermissionDenied => StoreError::Denied { what, reason },
             ErrorKind::NotFound => StoreError::NotFound { what },
-            ErrorKind::RateLimited => StoreError::RateLimited { what },
+            ErrorKind::RateLimited => StoreError::RateLimited { what, retry_after_ms: None },
             _ if e.is_temporary() => StoreError::Temporary { what, reason },
             ErrorKind::Unexpected => StoreError::Temporary { what, reason },
             _ => StoreError::Other { reason: format!("{what}: {reason}") },
@@ -139,7 +146,7 @@ impl fmt::Display for StoreError {
                 short(reason)
             ),
             StoreError::NotFound { what } => write!(f, "{what}: not found"),
-            StoreError::RateLimited { what } => write!(f, "{what}: rate limited by the store"),
+            StoreError::RateLimited { what, .. } => write!(f, "{what}: rate limited by the store"),
             StoreError::Temporary { what, reason } => write!(f, "{what}: {}", short(reason)),
             StoreError::Stalled { what, stall_timeout_ms } => {
                 write!(f, "{what}: no data for {stall_timeout_ms} ms, aborted")

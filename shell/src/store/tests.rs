@@ -6,8 +6,9 @@ use super::listing::md5_of;
 use super::{StoreError, join_key};
 use model_agent_core::storage_uri::StorageUri;
 
-fn client() -> reqwest::Client {
-    super::http_client(&crate::hf::Network::default(), 1_000, 1_000).unwrap()
+fn client() -> &'static super::Net {
+    static NET: std::sync::OnceLock<super::Net> = std::sync::OnceLock::new();
+    NET.get_or_init(|| super::Net::new(&crate::hf::Network::default(), 1_000, 1_000).unwrap())
 }
 
 fn auth(parameters: &[(&str, &str)], secret: Option<&[(&str, &str)]>) -> StoreAuth {
