@@ -424,8 +424,8 @@ async fn fill_spec(c: &Ctx, id: EffectId, key: &ModelKey, uid: &str, dir: &str) 
         }
     };
     match &result {
-        Ok(what) => info!(model = %key, "spec write-back: {what}"),
-        Err(reason) => warn!(model = %key, reason = %reason, "spec write-back failed"),
+        Ok(what) => model_log!(info, key, uid, "spec write-back: {what}"),
+        Err(reason) => model_log!(warn, key, uid, reason = %reason, "spec write-back failed"),
     }
     Input::EffectDone { id, outcome: outcome(result.map(|_| ())) }
 }
@@ -436,7 +436,7 @@ pub async fn model_metadata(c: &Ctx, key: &ModelKey, dir: &str) -> Option<Box<Mo
     match read_metadata(c, dir, modelfiles::model_config).await {
         Ok(config) => Some(Box::new(config)),
         Err(reason) => {
-            info!(model = %key, dir, reason = %reason, "Ready without metadata in its entry");
+            model_log!(info, key, "", dir, reason = %reason, "Ready without metadata in its entry");
             None
         }
     }
@@ -479,17 +479,20 @@ where
 fn log_note(note: &Note) {
     match note {
         Note::PhantomSuppressed { key, uid, cause } => {
-            warn!(model = %key, uid = %uid, cause = ?cause, "phantom delete suppressed: a live read shows the model alive")
+            model_log!(warn, key, uid, cause = ?cause, "phantom delete suppressed: a live read shows the model alive")
         }
         Note::DeleteConfirmed { key, uid, confirmation } => {
-            info!(model = %key, uid = %uid, confirmation = ?confirmation, "deletion confirmed; cleaning up this node")
+            model_log!(info, key, uid, confirmation = ?confirmation, "deletion confirmed; cleaning up this node")
         }
         Note::ModelFailed { key, uid, reason } => {
-            warn!(model = %key, uid = %uid, reason = %reason, "model failed on this node")
+            model_log!(warn, key, uid, reason = %reason, "model failed on this node")
         }
-        Note::ReadFailed { key, kind, reason, retry_in_ms } => {
-            warn!(model = ?key, kind = %kind, reason = %reason, retry_in_ms, "live read failed; the candidate stays pending")
-        }
+        Note::ReadFailed { key, kind, reason, retry_in_ms } => match key {
+            Some(key) => {
+                model_log!(warn, key, "", reason = %reason, retry_in_ms, "live read failed; the candidate stays pending")
+            }
+            None => warn!(kind = %kind, reason = %reason, retry_in_ms, "live list failed; the candidates stay pending"),
+        },
         Note::EffectFailed { id, reason, retry_in_ms } => {
             warn!(effect = ?id, reason = %reason, retry_in_ms, "effect failed; retrying")
         }
@@ -502,13 +505,19 @@ fn log_note(note: &Note) {
             )
         }
         Note::BreakerHeld { key, uid, until } => {
-            info!(model = %key, uid = %uid, hold_until_ms = until.as_ms(), "withdrawal or cleanup held by the breaker; read again after the hold")
+            model_log!(
+                info,
+                key,
+                uid,
+                hold_until_ms = until.as_ms(),
+                "withdrawal or cleanup held by the breaker; read again after the hold"
+            )
         }
         Note::NodeReadFailed { reason, retry_in_ms } => {
             warn!(reason = %reason, retry_in_ms, "live read of this Node failed; placement exits wait")
         }
         Note::ExitCancelled { key, uid } => {
-            info!(model = %key, uid = %uid, "placement exit cancelled: the live Node still places the model here")
+            model_log!(info, key, uid, "placement exit cancelled: the live Node still places the model here")
         }
         Note::NodeLabelsVanished { vanished, had, until } => {
             warn!(
@@ -520,10 +529,10 @@ fn log_note(note: &Note) {
         }
         Note::KeyCollision { key, uid, owner } => {
             let reason = model_agent_core::machine::collision_reason(key, owner);
-            warn!(model = %key, uid = %uid, owner = %owner, reason = %reason, "model failed on this node: its label key collides")
+            model_log!(warn, key, uid, owner = %owner, reason = %reason, "model failed on this node: its label key collides")
         }
         Note::LinkRefused { key, uid, reason } => {
-            warn!(model = %key, uid = %uid, reason = %reason, "something else is at the model's path: it downloads its own copy there instead of linking to the shared one")
+            model_log!(warn, key, uid, reason = %reason, "something else is at the model's path: it downloads its own copy there instead of linking to the shared one")
         }
     }
 }

@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
-use tracing::{info, warn};
 
 use model_agent_core::dest_path::DestPath;
 use model_agent_core::machine::{DownloadEnd, DownloadResult, EffectId, Input, Outcome};
@@ -189,7 +188,7 @@ pub async fn resolve(c: &Ctx, id: EffectId, key: &ModelKey, uid: &Uid, storage_u
             });
             match kept.await {
                 Ok(Some(commit)) => {
-                    info!(model = %key, commit = %commit, reason = %error, "the Hub cannot answer; the linked shared copy is complete and stands in");
+                    model_log!(info, key, uid, commit = %commit, reason = %error, "the Hub cannot answer; the linked shared copy is complete and stands in");
                     Input::EffectDone { id, outcome: Outcome::Resolved { commit } }
                 }
                 _ => failed(error.reason(), error.retry_after_ms()),
@@ -238,13 +237,15 @@ fn core_end(end: Ended, metadata: Option<Box<ModelConfig>>) -> DownloadEnd {
 }
 
 fn log_end(request: &Request, end: &Ended) {
-    let (key, dest) = (&request.key, &request.dest.absolute);
+    let (key, uid, dest) = (&request.key, &request.uid, &request.dest.absolute);
     match &end.result {
         Ok(f) => {
-            info!(model = %key, dest = %dest, commit = %f.commit, files = f.files, bytes_fetched = f.bytes_fetched, adopted_files = f.adopted_files, "download complete")
+            model_log!(info, key, uid, dest = %dest, commit = %f.commit, files = f.files, bytes_fetched = f.bytes_fetched, adopted_files = f.adopted_files, "download complete")
         }
-        Err(DownloadError::Cancelled) => info!(model = %key, dest = %dest, "download cancelled; partial files kept"),
-        Err(e) => warn!(model = %key, dest = %dest, reason = %e, "download failed"),
+        Err(DownloadError::Cancelled) => {
+            model_log!(info, key, uid, dest = %dest, "download cancelled; partial files kept")
+        }
+        Err(e) => model_log!(warn, key, uid, dest = %dest, reason = %e, "download failed"),
     }
 }
 

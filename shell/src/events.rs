@@ -9,7 +9,6 @@ use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::Client;
 use kube::api::{Api, PostParams};
-use tracing::{debug, warn};
 
 use model_agent_core::{Kind, ModelKey, Uid};
 
@@ -54,17 +53,17 @@ impl Events {
     /// for any cluster-scoped object), unless this minute's budget is spent.
     pub fn failed(&self, key: &ModelKey, uid: &Uid, reason: &str) {
         if !self.take() {
-            debug!(model = %key, "event not sent: at most {EVENTS_PER_MINUTE_MAX} a minute");
+            model_log!(debug, key, uid, "event not sent: at most {EVENTS_PER_MINUTE_MAX} a minute");
             return;
         }
         let event = failed_event(key, uid, &self.node, reason);
         let namespace = event.metadata.namespace.clone().unwrap_or_default();
         let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
-        let key = key.clone();
+        let (key, uid) = (key.clone(), uid.clone());
         tokio::spawn(async move {
             let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() };
             if let Err(e) = api.create(&params, &event).await {
-                warn!(model = %key, error = %e, "could not record the Failed event");
+                model_log!(warn, key, uid, error = %e, "could not record the Failed event");
             }
         });
     }

@@ -2,6 +2,23 @@
 //! inputs, executes the core's effects against the API server and the node, serves health and
 //! metrics, and records traces. All decisions are the core's.
 
+/// A log line about one model: its kind, namespace, name and uid as fields of their own (so that
+/// a log query can select a model, a namespace or an incarnation), then the line's own fields and
+/// message. `model_log!(warn, key, uid, reason = %r, "text")`; `uid` is anything `Display`
+/// (`""` where the line is about the name, not one incarnation).
+macro_rules! model_log {
+    ($level:ident, $key:expr, $uid:expr, $($rest:tt)+) => {{
+        let key: &model_agent_core::ModelKey = &$key;
+        tracing::$level!(
+            kind = key.kind.as_str(),
+            namespace = %key.namespace,
+            name = %key.name,
+            uid = %$uid,
+            $($rest)+
+        )
+    }};
+}
+
 mod agent;
 mod cli;
 mod credentials;
@@ -307,6 +324,37 @@ mod tests {
         assert!(parse_inspect(args("--annotations a=1")).is_err(), "a DIR is required");
         assert!(parse_inspect(args("/m --annotations nokv")).is_err());
         assert!(parse_inspect(args("/m /n")).is_err());
+    }
+
+    #[test]
+    fn a_log_line_about_a_model_carries_its_kind_namespace_name_and_uid() {
+        #[derive(Clone, Default)]
+        struct Buffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Buffer {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt().json().with_writer(move || writer.clone()).finish();
+        let key = model_agent_core::ModelKey::namespaced("team-a", "qwen");
+        tracing::subscriber::with_default(subscriber, || {
+            model_log!(warn, key, "u-1", reason = "disk full", "model failed on this node");
+        });
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        let line: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        let fields = &line["fields"];
+        assert_eq!(
+            (&fields["kind"], &fields["namespace"], &fields["name"], &fields["uid"], &fields["reason"]),
+            (&"BaseModel".into(), &"team-a".into(), &"qwen".into(), &"u-1".into(), &"disk full".into()),
+            "{text}"
+        );
+        assert_eq!(fields["message"], "model failed on this node");
     }
 
     #[test]
