@@ -22,7 +22,7 @@ use super::DownloadError;
 use super::disk;
 use super::progress::FileSlot;
 use super::retry::{Retry, cancelled, pause, until_cancelled};
-use super::transfer::Ctx;
+use super::transfer::{Ctx, Source};
 use crate::hf::{self, HfError, RangeAnswer, RemoteFile};
 
 /// How often the parts' offsets are recorded while they run.
@@ -237,7 +237,40 @@ async fn run_parts(
 type PartArgs = (Arc<Ctx>, RemoteFile, Arc<Parts>, Arc<FileSlot>, watch::Receiver<bool>);
 
 /// One part from its offset to its end, retried as `Retry` says.
-async fn run_part((ctx, file, parts, slot, mut stop): PartArgs, index: usize) -> Result<RangeAnswer, DownloadError> {
+async fn run_part(args: PartArgs, index: usize) -> Result<RangeAnswer, DownloadError> {
+    if let Source::Store(store) = &args.0.source {
+        let store = store.clone();
+        return run_store_part(args, &store, index).await;
+    }
+    run_hub_part(args, index).await
+}
+
+/// A store's part: the same as the Hub's, with the store's errors.
+async fn run_store_part(
+    (ctx, file, parts, slot, mut stop): PartArgs,
+    store: &crate::store::Store,
+    index: usize,
+) -> Result<RangeAnswer, DownloadError> {
+    let mut retry = Retry::new(ctx.opts.request_attempts_max);
+    let (done, end) = (&parts.done[index], parts.spans[index].1);
+    loop {
+        let before = done.load(Ordering::Relaxed);
+        let stall_ms = ctx.opts.stall_timeout_ms;
+        let fetch = crate::store::fetch_range(store, &file, &parts.file, (done, end), stall_ms, &slot.meter);
+        let error = match until_cancelled(&mut stop, fetch).await? {
+            Ok(answer) => return Ok(answer),
+            Err(error) => error,
+        };
+        let progressed = done.load(Ordering::Relaxed) > before;
+        let wait = retry.next_wait_store(&error, progressed).ok_or(DownloadError::Store(error))?;
+        pause(&mut stop, wait).await?;
+    }
+}
+
+async fn run_hub_part(
+    (ctx, file, parts, slot, mut stop): PartArgs,
+    index: usize,
+) -> Result<RangeAnswer, DownloadError> {
     let mut retry = Retry::new(ctx.opts.request_attempts_max);
     let (done, end) = (&parts.done[index], parts.spans[index].1);
     loop {

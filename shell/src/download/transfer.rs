@@ -95,12 +95,6 @@ async fn fetch_one(
 ) -> Result<(), DownloadError> {
     let name = disk::partial_name(&file);
     let opts = &ctx.opts;
-    if let Source::Store(store) = &ctx.source {
-        fetch_from_store(&ctx, store, &file, &name, &slot, &mut stop).await?;
-        ctx.dest.place(&ctx.partial_dir, &name, &file.path)?;
-        slot.placed.store(true, Ordering::Relaxed);
-        return Ok(());
-    }
     // A file smaller than its part count (an empty one, under a tiny threshold) goes in one stream.
     let in_parts = file.size_bytes >= opts.multipart_threshold_bytes
         && opts.multipart_concurrency > 1
@@ -115,12 +109,16 @@ async fn fetch_one(
                 if integrity_failures + 1 < opts.request_attempts_max =>
             {
                 integrity_failures += 1;
+                ctx.integrity_failures.fetch_add(1, Ordering::Relaxed);
             }
             Err(error) => return Err(error),
         }
     }
     if !verified {
-        fetch_single(&ctx, &file, &name, &slot, &mut stop).await?;
+        match &ctx.source {
+            Source::Hub(_) => fetch_single(&ctx, &file, &name, &slot, &mut stop).await?,
+            Source::Store(store) => fetch_from_store(&ctx, store, &file, &name, &slot, &mut stop).await?,
+        }
     }
     ctx.dest.place(&ctx.partial_dir, &name, &file.path)?;
     slot.placed.store(true, Ordering::Relaxed);
@@ -152,8 +150,8 @@ async fn fetch_single(
     }
 }
 
-/// One object from a store, resumed from the partial file's kept prefix, retried as `Retry` says
-/// (a big object streams in parallel chunks inside one attempt).
+/// One object from a store in one stream, resumed from the partial file's kept prefix, retried as
+/// `Retry` says.
 async fn fetch_from_store(
     ctx: &Ctx,
     store: &crate::store::Store,
@@ -163,11 +161,10 @@ async fn fetch_from_store(
     stop: &mut watch::Receiver<bool>,
 ) -> Result<(), DownloadError> {
     let mut retry = Retry::new(ctx.opts.request_attempts_max);
-    let knobs = (ctx.opts.stall_timeout_ms, ctx.opts.multipart_concurrency);
     loop {
         let partial = disk::open_partial(&ctx.partial_dir, name)?;
         let before = slot.meter.have_bytes.load(Ordering::Relaxed);
-        let fetch = crate::store::fetch_file(store, file, partial, knobs, &slot.meter);
+        let fetch = crate::store::fetch_file(store, file, partial, ctx.opts.stall_timeout_ms, &slot.meter);
         let error = match until_cancelled(stop, fetch).await? {
             Ok(()) => return Ok(()),
             Err(error) => error,

@@ -95,6 +95,10 @@ pub fn hash_prefix(
     mut hasher: StreamHasher,
     stop: &dyn Fn() -> bool,
 ) -> std::io::Result<StreamHasher> {
+    if let StreamHasher::SizeOnly = hasher {
+        // Nothing to hash: the bytes are not read.
+        return Ok(hasher);
+    }
     let mut buffer = vec![0u8; READ_CHUNK_BYTES];
     let mut offset = 0;
     while offset < len_bytes {

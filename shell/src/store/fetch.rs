@@ -1,6 +1,7 @@
 //! One object into a partial file: resumed from its kept prefix (hashed once), streamed from the
-//! store in parallel chunks (OpenDAL reads ahead `concurrency` chunks at once and yields them in
-//! order), hashed while written, checked for size and MD5 at the end.
+//! store, hashed while written, checked for size and MD5 at the end. A big object comes in ranged
+//! parts instead (`fetch_range`, driven by the engine's `multipart`): each part streams straight
+//! to its offsets in the partial file, so nothing but the HTTP bodies' own buffers is held.
 
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
@@ -12,9 +13,6 @@ use futures::StreamExt;
 use super::{Backend, Store, StoreError};
 use crate::hf::{Meter, RemoteFile, StreamHasher, hash_prefix};
 
-/// Each parallel read of a big object.
-const CHUNK_BYTES: usize = 8 << 20;
-
 /// Downloads `file` into `partial` (opened by the caller beneath its partial directory). On
 /// success the partial file holds the verified content, synced. Stalled and Truncated keep the
 /// partial for a resume; Integrity empties it.
@@ -22,14 +20,14 @@ pub async fn fetch_file(
     store: &Store,
     file: &RemoteFile,
     mut partial: File,
-    (stall_timeout_ms, concurrency): (u64, usize),
+    stall_timeout_ms: u64,
     meter: &Meter,
 ) -> Result<(), StoreError> {
     let (mut have, mut hasher) = kept_prefix(&partial, file, meter).await?;
     if have < file.size_bytes {
         let key = store.key_of(&file.path);
         let what = format!("{} ({key})", file.path);
-        let (mut stream, from) = open_stream(store, &key, (have, file.size_bytes), concurrency, &what).await?;
+        let (mut stream, from) = open_stream(store, &key, (have, file.size_bytes), &what).await?;
         if from != have {
             // The server sent the whole object: start the file again.
             (have, hasher) = (0, StreamHasher::new(&file.hash, file.size_bytes));
@@ -71,20 +69,18 @@ pub async fn fetch_file(
 
 type ByteStream = futures::stream::BoxStream<'static, Result<hyper::body::Bytes, StoreError>>;
 
-/// The object's bytes from `have` to `size`, and the offset the stream starts at (0 when a
-/// server ignored the range).
+/// The object's bytes from `have` to `size` as one streamed request, and the offset the stream
+/// starts at (0 when a server ignored the range).
 async fn open_stream(
     store: &Store,
     key: &str,
     (have, size): (u64, u64),
-    concurrency: usize,
     what: &str,
 ) -> Result<(ByteStream, u64), StoreError> {
     match &store.backend {
         Backend::OpenDal(op) => {
             let opendal_error = |e: opendal::Error| StoreError::from_opendal(what, &e);
-            let reader =
-                op.reader_with(key).concurrent(concurrency.max(1)).chunk(CHUNK_BYTES).await.map_err(opendal_error)?;
+            let reader = op.reader_with(key).await.map_err(opendal_error)?;
             let stream = reader.into_bytes_stream(have..size).await.map_err(opendal_error)?;
             let what = what.to_string();
             let stream =
@@ -97,6 +93,49 @@ async fn open_stream(
             let from = body.start;
             Ok((body.into_stream().map(|r| r.map_err(StoreError::from_oci)).boxed(), from))
         }
+    }
+}
+
+/// Bytes `done..end` of `file` written at their own offsets in `partial` (preallocated by the
+/// caller); `done` advances after every write, so the caller can record it and resume from it.
+pub async fn fetch_range(
+    store: &Store,
+    file: &RemoteFile,
+    partial: &File,
+    (done, end): (&std::sync::atomic::AtomicU64, u64),
+    stall_timeout_ms: u64,
+    meter: &Meter,
+) -> Result<crate::hf::RangeAnswer, StoreError> {
+    use std::os::unix::fs::FileExt;
+    let start = done.load(Ordering::Relaxed);
+    if start >= end {
+        return Ok(crate::hf::RangeAnswer::Done);
+    }
+    let key = store.key_of(&file.path);
+    let what = format!("{} ({key}) at byte {start}", file.path);
+    let (mut stream, from) = open_stream(store, &key, (start, end), &what).await?;
+    if from != start {
+        return Ok(crate::hf::RangeAnswer::RangeIgnored);
+    }
+    let stall = Duration::from_millis(stall_timeout_ms);
+    loop {
+        let at = done.load(Ordering::Relaxed);
+        let bytes = match tokio::time::timeout(stall, stream.next()).await {
+            Err(_) => return Err(StoreError::Stalled { what, stall_timeout_ms }),
+            Ok(None) if at == end => return Ok(crate::hf::RangeAnswer::Done),
+            Ok(None) => {
+                return Err(StoreError::Truncated { path: file.path.clone(), got_bytes: at, expected_bytes: end });
+            }
+            Ok(Some(Err(e))) => return Err(cut(file, at, &e)),
+            Ok(Some(Ok(bytes))) => bytes,
+        };
+        if at + bytes.len() as u64 > end {
+            return Err(StoreError::Other { reason: format!("{what}: more bytes than the range asked") });
+        }
+        partial.write_all_at(&bytes, at).map_err(|e| local(file, e))?;
+        done.store(at + bytes.len() as u64, Ordering::Relaxed);
+        meter.fetched_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        meter.have_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
     }
 }
 

@@ -14,7 +14,7 @@ mod tests;
 use std::fmt;
 
 pub use config::{Net, StoreAuth, open};
-pub use fetch::fetch_file;
+pub use fetch::{fetch_file, fetch_range};
 pub use listing::list;
 
 /// Who answers for the bucket.
