@@ -33,6 +33,40 @@ pub fn local_path(spec: &ModelSpec) -> Option<String> {
     Some(spec.path.clone().filter(|p| !p.is_empty()).unwrap_or_else(|| uri_path.to_string()))
 }
 
+/// `downloadPolicy: ReuseIfExists` on `hf://`: the node keeps one copy per commit.
+pub fn reuses(spec: &ModelSpec) -> bool {
+    scheme(&spec.storage_uri) == "hf" && spec.download_policy == model_agent_core::model::DownloadPolicy::ReuseIfExists
+}
+
+/// The commit the simulated Hub resolves an `hf://org/repo[@revision]` URI to: a revision that
+/// is a commit already (7 to 64 lowercase hex digits) is itself; any other (`main` when none
+/// is given) is a fixed hash of `org/repo@revision`.
+pub fn commit_of(storage_uri: &str) -> Option<String> {
+    let rest = storage_uri.strip_prefix("hf://")?;
+    let (repo, revision) = rest.split_once('@').unwrap_or((rest, "main"));
+    let pinned = (7..=64).contains(&revision.len()) && revision.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    if pinned {
+        return Some(revision.to_string());
+    }
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in format!("{repo}@{revision}").bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+    }
+    Some(format!("{h:016x}{:016x}{:08x}", h.rotate_left(17), h >> 32))
+}
+
+/// Where a `ReuseIfExists` model's weights are on a node, beneath the root: the node's one copy
+/// of its commit, `_artifacts/<org>/<repo>/<commit>` (issue 10).
+pub fn copy_dir(spec: &ModelSpec) -> Option<String> {
+    if !reuses(spec) {
+        return None;
+    }
+    let rest = spec.storage_uri.strip_prefix("hf://")?;
+    let repo = rest.split_once('@').map_or(rest, |(r, _)| r);
+    let (org, name) = repo.split_once('/')?;
+    Some(format!("_artifacts/{org}/{name}/{}", commit_of(&spec.storage_uri)?))
+}
+
 /// Is the model placed on the node `name` with `labels`?
 pub fn placed(spec: &ModelSpec, name: &str, labels: &BTreeMap<String, String>) -> bool {
     if scheme(&spec.storage_uri) == "pvc" {
@@ -146,6 +180,21 @@ mod tests {
             let view = NodeView { name: "n".into(), labels: l.clone() };
             assert_eq!(placed(&s, "n", &l), placement(&s, &view).is_eligible());
         }
+    }
+
+    #[test]
+    fn one_copy_per_commit() {
+        let reuse = |uri: &str| {
+            let mut s = ModelSpec::simple(uri, Some("/mnt/models/x"));
+            s.download_policy = model_agent_core::model::DownloadPolicy::ReuseIfExists;
+            s
+        };
+        let main = copy_dir(&reuse("hf://org/m")).unwrap();
+        assert_eq!(copy_dir(&reuse("hf://org/m@main")), Some(main.clone()));
+        assert!(main.starts_with("_artifacts/org/m/") && main.len() == "_artifacts/org/m/".len() + 40, "{main}");
+        assert_ne!(copy_dir(&reuse("hf://org/m@v2")), Some(main));
+        assert_eq!(copy_dir(&reuse("hf://org/m@0123abc")), Some("_artifacts/org/m/0123abc".into()));
+        assert_eq!(copy_dir(&ModelSpec::simple("hf://org/m", Some("/mnt/models/x"))), None);
     }
 
     #[test]

@@ -9,8 +9,8 @@ use model_agent_core::prng::Prng;
 use model_agent_core::wire;
 use model_agent_core::{Kind, ModelKey, ModelSpec};
 
-use crate::vocab;
 use crate::world::{AgentKind, ListShape, Timing, World};
+use crate::{oracle, vocab};
 
 pub const SCENARIOS: &[&str] = &[
     "crd-ssa",
@@ -25,6 +25,7 @@ pub const SCENARIOS: &[&str] = &[
     "stale-read",
     "node-label-wipe",
     "label-collision",
+    "shared-copy",
 ];
 
 #[derive(Clone, Debug)]
@@ -201,6 +202,7 @@ pub fn run(name: &str, opts: &Options) -> Result<(Report, World), String> {
         "stale-read" => stale_read(&mut w, opts, &mut extra),
         "node-label-wipe" => node_label_wipe(&mut w, opts, &mut extra),
         "label-collision" => label_collision(&mut w, opts, &mut extra),
+        "shared-copy" => shared_copy(&mut w, opts, &mut extra),
         other => return Err(format!("unknown scenario {other:?}; known: {}", SCENARIOS.join(", "))),
     }
     if !w.audit_every_step {
@@ -563,6 +565,142 @@ fn label_collision(w: &mut World, opts: &Options, extra: &mut Extra) {
     heal_and_settle(w, 10);
 }
 
+/// Issue 10, one copy per revision. The cast: ClusterBaseModels and BaseModels in three
+/// namespaces with `downloadPolicy: ReuseIfExists` on `hf://org/qwen` (and two on `@v2`, a
+/// second commit), each at a path of its own that each node links to its one copy of the
+/// commit under `_artifacts/`; and three models of one source at one path (`AlwaysDownload`),
+/// which share that directory. `--models` / 2 filler models run alongside. For 15 minutes,
+/// drawn from the seed: deletes, re-creates (some switching to `AlwaysDownload` at the same
+/// path), policy switches in place, selector and node label changes that move models between
+/// nodes, and CRD storms served empty, stale or part-way (phantom deletes). Then the cast is
+/// restored, placed everywhere, and the `@v2` models are deleted: that copy must leave every
+/// node. The world's checks: no copy (or shared path) is trashed while a live model placed on
+/// that node uses it, and at quiescence every model links to its copy, no link is stale and no
+/// copy is left that no live model placed there uses. `copies_made`, `links_made`, `unlinks`
+/// and `copies_trashed` show the sharing happened (the core must make copies, several links
+/// and trash at least one copy).
+fn shared_copy(w: &mut World, opts: &Options, extra: &mut Extra) {
+    populate(w, opts.models / 2, false);
+    vocab::label_fleet(w);
+    let cast = shared_cast();
+    for m in &cast {
+        w.create(m.key.clone(), m.spec(true, false), true);
+    }
+    start_fleet(w);
+    let mut p = Prng::new(opts.seed ^ 0x5AA_2ED);
+    for _ in 0..45 {
+        for _ in 0..2 {
+            shared_churn(w, &mut p, &cast, opts.models);
+        }
+        w.run_for(20_000);
+    }
+    for m in &cast {
+        match w.api.objects.get(&m.key).filter(|o| !o.deleting) {
+            Some(_) => w.update(&m.key, m.spec(true, false)),
+            None => w.create(m.key.clone(), m.spec(true, false), true),
+        }
+    }
+    w.run_for(2 * MINUTE);
+    cast.iter().filter(|m| m.role == Role::Reuse { v2: true }).for_each(|m| w.delete(&m.key));
+    heal_and_settle(w, 10);
+    let c = w.counters.clone();
+    let counts = [("copies_made", c.copies_made), ("links_made", c.links_made), ("unlinks", c.unlinks)];
+    for (name, n) in counts.into_iter().chain([("copies_trashed", c.copies_trashed)]) {
+        extra.insert(name.into(), n.into());
+    }
+    extra.insert("orphan_links".into(), w.orphan_links().into());
+    let exercised = c.copies_made > 0 && c.links_made >= 3 && c.unlinks > 0 && c.copies_trashed > 0;
+    if opts.agent == AgentKind::Core && !exercised {
+        w.violation(format!("the run did not exercise shared copies: {c:?}"));
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// `ReuseIfExists` on `hf://org/qwen` (`@v2` when `v2`).
+    Reuse { v2: bool },
+    /// `hf://org/pair` at `/mnt/models/pair`, with every other model of this role.
+    SamePath,
+}
+
+struct CastMember {
+    key: ModelKey,
+    role: Role,
+}
+
+impl CastMember {
+    /// Its spec: `reuse` false makes a `Reuse` member download its own copy at its path.
+    fn spec(&self, reuse: bool, selects: bool) -> ModelSpec {
+        let mut s = match self.role {
+            Role::Reuse { v2 } => {
+                let dir = if self.key.namespace.is_empty() { "cluster" } else { &self.key.namespace };
+                let uri = if v2 { "hf://org/qwen@v2" } else { "hf://org/qwen" };
+                let mut s = ModelSpec::simple(uri, Some(&format!("/mnt/models/{dir}/{}", self.key.name)));
+                if reuse {
+                    s.download_policy = model_agent_core::model::DownloadPolicy::ReuseIfExists;
+                }
+                s
+            }
+            Role::SamePath => ModelSpec::simple("hf://org/pair", Some("/mnt/models/pair")),
+        };
+        if selects {
+            s.node_selector.push((vocab::SELECTOR.0.into(), vocab::SELECTOR.1.into()));
+        }
+        s
+    }
+}
+
+fn shared_cast() -> Vec<CastMember> {
+    let reuse = |key: ModelKey, v2: bool| CastMember { key, role: Role::Reuse { v2 } };
+    let mut cast: Vec<CastMember> = (0..3).map(|i| reuse(ModelKey::cluster(&format!("qwen-{i}")), false)).collect();
+    for ns in ["team-a", "team-b", "team-c"] {
+        cast.push(reuse(ModelKey::namespaced(ns, "qwen"), false));
+    }
+    cast.push(reuse(ModelKey::cluster("qwen-v2"), true));
+    cast.push(reuse(ModelKey::namespaced("team-a", "qwen-v2"), true));
+    for key in [ModelKey::cluster("prefill"), ModelKey::cluster("decode"), ModelKey::namespaced("team-b", "router")] {
+        cast.push(CastMember { key, role: Role::SamePath });
+    }
+    cast
+}
+
+/// One action drawn from `p` on a member of `cast` or on the fleet.
+fn shared_churn(w: &mut World, p: &mut Prng, cast: &[CastMember], models: usize) {
+    let m = &cast[p.up_to(cast.len() as u64 - 1) as usize];
+    let live = w.api.objects.get(&m.key).filter(|o| !o.deleting).map(|o| o.spec.clone());
+    let reuses = live.as_ref().is_some_and(|s| oracle::reuses(s));
+    let selects = live.as_ref().is_some_and(|s| !s.node_selector.is_empty());
+    match p.up_to(9) {
+        0 => {
+            if let Some(o) = w.api.objects.get_mut(&m.key) {
+                o.finalizer &= p.up_to(1) == 0;
+            }
+            w.delete(&m.key);
+        }
+        1 => {
+            if let Some(o) = w.api.objects.get_mut(&m.key) {
+                o.finalizer = false;
+            }
+            w.delete(&m.key);
+            let spec = m.spec(p.up_to(3) != 0, p.up_to(2) == 0);
+            w.create(m.key.clone(), spec, true);
+        }
+        2 => w.create(m.key.clone(), m.spec(true, p.up_to(2) == 0), true),
+        3 if live.is_some() => w.update(&m.key, m.spec(reuses, !selects)),
+        4 if live.is_some() && m.role != Role::SamePath => w.update(&m.key, m.spec(!reuses, selects)),
+        5 => {
+            let node = p.up_to(w.nodes.len() as u64 - 1) as usize;
+            let present = !w.api.node_labels[node].contains_key(vocab::SELECTOR.0);
+            w.set_node_label(node, vocab::SELECTOR.0, present.then_some(vocab::SELECTOR.1));
+        }
+        6 => {
+            let kind = if p.up_to(1) == 0 { Kind::ClusterBaseModel } else { Kind::BaseModel };
+            w.crd_change(kind, |_, prng| bad_list(prng, models));
+        }
+        _ => {}
+    }
+}
+
 /// Knobs drawn from one seed for a swarm run.
 #[derive(Clone, Debug, Serialize)]
 pub struct SwarmKnobs {
@@ -620,7 +758,7 @@ pub fn swarm_run(seed: u64, nodes: Option<usize>, models: Option<usize>) -> (Rep
     let mut p = Prng::new(seed ^ 0xFA_17);
     let mut names: Vec<usize> = (0..k.models).collect();
     for &name in &names {
-        let a = vocab::Action::Create { name, uri: p.up_to(9) as u8, selects: p.up_to(3) == 0 };
+        let a = vocab::Action::Create { name, uri: vocab::draw_uri(&mut p), selects: p.up_to(3) == 0 };
         vocab::apply(&mut w, &a);
     }
     let mut next_name = k.models;

@@ -120,6 +120,7 @@ impl Upstream {
                 Some(Op::VerifyLocal { key, uid, path: d.absolute, parse_metadata: false })
             }
             (Provisioning::Download, Some(d)) => Some(Op::Download {
+                co_owners: Vec::new(),
                 key: obj.key.clone(),
                 uid: obj.uid.clone(),
                 storage_uri: spec.storage_uri.clone(),

@@ -2,6 +2,7 @@
 //! property tests generate (and shrink): each is an [`Action`], applied to a [`World`] by
 //! [`apply`]. Names are small numbers; [`key`] and [`spec`] turn them into objects.
 
+use model_agent_core::model::DownloadPolicy;
 use model_agent_core::prng::Prng;
 use model_agent_core::{Kind, ModelKey, ModelSpec};
 
@@ -9,8 +10,9 @@ use crate::world::{Agent, ListShape, World};
 
 /// The node label some models select (`gpu=true`); even nodes start with it.
 pub const SELECTOR: (&str, &str) = ("gpu", "true");
-/// Storage URI shapes [`spec`] knows (0 local, 1 hf, 2 vendor, 3 oci with an empty path).
-pub const URIS: u8 = 4;
+/// Storage URI shapes [`spec`] knows (0 local, 1 hf, 2 vendor, 3 oci with an empty path, 4 hf
+/// with `downloadPolicy: ReuseIfExists`, 5 hf at one path every model of that shape names).
+pub const URIS: u8 = 6;
 
 #[cfg(test)]
 mod tests {
@@ -106,13 +108,23 @@ pub fn key(name: usize) -> ModelKey {
     }
 }
 
+/// Shapes 3 and 5 share one directory per node (same source, same path); shape 4 links each
+/// model's path to the node's one copy of `org/shared`'s commit (issue 10). Shape 4's paths
+/// are apart from shape 1's: a symlink an agent process leaves behind when it stops (a model
+/// deleted or re-created meanwhile) is unknown to the next one, as the snapshot does not report
+/// symlinks, so a download at that path would stay refused (`World::orphan_links` counts them).
 pub fn spec(name: usize, uri: u8, selects: bool) -> ModelSpec {
     let n = format!("v-{name:04}");
     let mut s = match uri % URIS {
         0 => ModelSpec::simple(&format!("local:///mnt/share/{n}"), None),
         1 => ModelSpec::simple("hf://org/weights", Some(&format!("/mnt/models/{n}"))),
         2 => ModelSpec::simple("vendor://nvidia/nim/x", None),
-        _ => ModelSpec::simple("oci://n/ns/b/bucket/o/weights", Some("")),
+        3 => ModelSpec::simple("oci://n/ns/b/bucket/o/weights", Some("")),
+        4 => ModelSpec {
+            download_policy: DownloadPolicy::ReuseIfExists,
+            ..ModelSpec::simple("hf://org/shared", Some(&format!("/mnt/models/linked/{n}")))
+        },
+        _ => ModelSpec::simple("hf://org/pair", Some("/mnt/models/pair")),
     };
     if selects {
         s.node_selector.push((SELECTOR.0.into(), SELECTOR.1.into()));
@@ -200,6 +212,11 @@ fn reselect(w: &mut World, name: usize, selects: bool) {
     w.update(&key(name), s);
 }
 
+/// A storage URI shape, each as likely.
+pub fn draw_uri(p: &mut Prng) -> u8 {
+    p.up_to(u64::from(URIS) - 1) as u8
+}
+
 /// Per-mille chances of each action in one swarm minute.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct Weights {
@@ -244,13 +261,13 @@ pub fn draw_minute(
         out.push(Action::Delete { name, finalizer: p.up_to(1) == 0 });
     }
     if chance(p, wt.recreate) && !names.is_empty() {
-        out.push(Action::Recreate { name: pick(p, names), uri: p.up_to(9) as u8 });
+        out.push(Action::Recreate { name: pick(p, names), uri: draw_uri(p) });
     }
     if chance(p, wt.reselect) && !names.is_empty() {
         out.push(Action::Reselect { name: pick(p, names), selects: p.up_to(1) == 0 });
     }
     if chance(p, wt.create) {
-        out.push(Action::Create { name: *next_name, uri: p.up_to(9) as u8, selects: p.up_to(2) == 0 });
+        out.push(Action::Create { name: *next_name, uri: draw_uri(p), selects: p.up_to(2) == 0 });
         names.push(*next_name);
         *next_name += 1;
     }

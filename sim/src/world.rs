@@ -99,8 +99,13 @@ pub struct SimNode {
     pub root_writable: bool,
     /// `local://` paths that do not exist on this node.
     pub missing_local: BTreeSet<String>,
-    /// Directories beneath the models root with this agent's ownership marker (path → uid).
-    pub dirs: BTreeMap<String, Uid>,
+    /// Directories beneath the models root with this agent's ownership marker (path → the
+    /// uids it names).
+    pub dirs: BTreeMap<String, BTreeSet<Uid>>,
+    /// Symlinks the agent made beneath the root, by path.
+    pub links: BTreeMap<String, Link>,
+    /// Paths where something the agent did not make is in the way of a link.
+    pub occupied: BTreeSet<String>,
     pub trash: BTreeSet<String>,
     /// Downloads sent and not yet executed: (directory, uid) → (process generation, effect). A
     /// trash by that uid while the running process's download runs is a violation (cancel, wait,
@@ -118,6 +123,18 @@ pub struct SimNode {
     pub recorder: Option<Recorder>,
     /// The last steps of this node's agent (kept across restarts, cleared by none).
     pub history: History,
+}
+
+/// A symlink to a shared copy (issue 10).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Link {
+    /// The copy it points at, beneath the root.
+    pub copy: String,
+    /// The uid whose `Op::Link` made it (or last found it in place).
+    pub uid: Uid,
+    /// The agent process that did: a link an earlier process left is unknown to this one (the
+    /// snapshot does not report symlinks).
+    pub generation: u32,
 }
 
 /// What happened, for the report.
@@ -140,6 +157,12 @@ pub struct Counters {
     pub downloads: u64,
     /// Downloads the core cancelled before they landed (a delete or exit during a download).
     pub downloads_cancelled: u64,
+    /// Shared copies (`_artifacts/...`) a download created on a node, symlinks made to them,
+    /// symlinks removed, and copies moved to the trash (issue 10).
+    pub copies_made: u64,
+    pub links_made: u64,
+    pub unlinks: u64,
+    pub copies_trashed: u64,
 }
 
 impl Counters {
@@ -280,6 +303,8 @@ impl World {
                     root_writable: true,
                     missing_local: BTreeSet::new(),
                     dirs: BTreeMap::new(),
+                    links: BTreeMap::new(),
+                    occupied: BTreeSet::new(),
                     trash: BTreeSet::new(),
                     downloads_running: BTreeMap::new(),
                     downloads_cancelled: BTreeSet::new(),
@@ -552,7 +577,10 @@ impl World {
                 let missing = self.nodes[node].missing_local.contains(path);
                 Some(Input::EffectDone { id, outcome: local_outcome(path, missing) })
             }
-            Op::Download { dest, uid, .. } => self.exec_download(node, id, dest, uid),
+            Op::Download { dest, uid, co_owners, .. } => self.exec_download(node, id, dest, uid, co_owners),
+            Op::Resolve { storage_uri, .. } => Some(resolved(id, storage_uri)),
+            Op::Link { uid, link, copy, .. } => Some(self.exec_link(node, id, uid, link, copy)),
+            Op::Unlink { link, copy, .. } => Some(self.exec_unlink(node, id, link, copy)),
             // Never asked for: the simulated shell reports no metadata.
             Op::FillSpec { .. } => Some(if down { unavailable() } else { done(id) }),
             // Stopped when it would have executed: it then reports Cancelled, its marker written.
@@ -660,6 +688,7 @@ impl World {
         id: model_agent_core::machine::EffectId,
         dest: &model_agent_core::dest_path::DestPath,
         uid: &Uid,
+        co_owners: &[Uid],
     ) -> Option<Input> {
         let cancelled = self.nodes[node].downloads_cancelled.remove(&id);
         if let Some(path) = &dest.beneath_root {
@@ -675,14 +704,25 @@ impl World {
             self.violation_on(node, None, format!("download outside the models root: {}", dest.absolute));
             return Some(Input::EffectDone { id, outcome: fail("outside the models root") });
         };
-        // As the real shell does: never download into a directory another uid's marker owns.
-        if let Some(owner) = self.nodes[node].dirs.get(path)
-            && owner != uid
+        // As the real shell does: never download into a directory whose marker names none of
+        // the owners (this uid and its co-owners); the marker then names all of them.
+        let owners: BTreeSet<Uid> = co_owners.iter().chain(std::iter::once(uid)).cloned().collect();
+        if let Some(marker) = self.nodes[node].dirs.get(path)
+            && marker.is_disjoint(&owners)
         {
-            let reason = format!("{} belongs to uid {owner}", dest.absolute);
+            let reason = format!("{} belongs to uids {marker:?}", dest.absolute);
             return Some(Input::EffectDone { id, outcome: fail(&reason) });
         }
-        self.nodes[node].dirs.insert(path.to_string(), uid.clone());
+        if let Some(link) = self.nodes[node].links.get(path) {
+            // As the shell does: a symlinked destination is refused. A process must never try
+            // one it made or knows of; one an earlier process left is beyond what it can know.
+            if link.generation == self.nodes[node].generation {
+                self.violation_on(node, None, format!("download into {path}, which is a symlink"));
+            }
+            return Some(Input::EffectDone { id, outcome: fail(&format!("{path} is a symlink (never followed)")) });
+        }
+        let created = self.nodes[node].dirs.insert(path.to_string(), owners).is_none();
+        self.counters.copies_made += u64::from(created && is_copy(path));
         if cancelled {
             let end = DownloadEnd { marked: true, result: DownloadResult::Cancelled };
             return Some(Input::EffectDone { id, outcome: model_agent_core::machine::Outcome::Downloaded(end) });
@@ -703,24 +743,107 @@ impl World {
             return Some(Input::EffectDone { id, outcome: fail("refused") });
         }
         let generation = self.nodes[node].generation;
-        let key = (path.to_string(), uid.clone());
-        if self.nodes[node].downloads_running.get(&key).is_some_and(|(g, _)| *g == generation) {
-            self.violation_on(node, None, format!("{path} trashed while its download still runs"));
+        let running = self.nodes[node].downloads_running.iter().any(|((p, _), (g, _))| p == path && *g == generation);
+        if running {
+            self.violation_on(node, None, format!("{path} trashed while a download into it still runs"));
         }
-        if self.nodes[node].dirs.get(path) == Some(uid) {
-            self.nodes[node].dirs.remove(path);
+        if self.nodes[node].dirs.get(path).is_some_and(|marker| marker.contains(uid)) {
+            let marker = self.nodes[node].dirs.remove(path).expect("checked");
             self.nodes[node].trash.insert(trash_name.to_string());
             self.counters.dir_removals += 1;
-            if self.damages(uid.as_str(), node).is_some() {
-                self.counters.dir_removals_live += 1;
-                self.mark(node, MarkKind::Damage);
-                let key = self.api.key_of(uid.as_str());
-                self.violation_on(node, key.as_ref(), format!("weights of live uid {uid} at {path} moved to trash"));
-            } else {
-                self.mark(node, MarkKind::Cleanup);
+            self.counters.copies_trashed += u64::from(is_copy(path));
+            match self.user_of(node, path, &marker) {
+                Some(user) => {
+                    self.counters.dir_removals_live += 1;
+                    self.mark(node, MarkKind::Damage);
+                    let key = self.api.key_of(user.as_str());
+                    self.violation_on(
+                        node,
+                        key.as_ref(),
+                        format!("weights of live uid {user} at {path} moved to trash"),
+                    );
+                }
+                None => self.mark(node, MarkKind::Cleanup),
             }
         }
         Some(done(id))
+    }
+
+    /// A live uid placed here that uses `path`: one its marker names whose weights are there
+    /// (its own download's path, or its shared copy; a marker of one owner names the user of
+    /// anything but a copy), or one whose path holds a symlink to it (a shared copy).
+    fn user_of(&self, node: usize, path: &str, marker: &BTreeSet<Uid>) -> Option<Uid> {
+        let root = &self.config.models_root;
+        let keeps = |o: &crate::api::ApiObject| {
+            oracle::download_dir(&o.spec, root).as_deref() == Some(path)
+                || oracle::copy_dir(&o.spec).as_deref() == Some(path)
+                || (marker.len() == 1 && !is_copy(path))
+        };
+        let named = marker.iter().find(|u| self.damages(u.as_str(), node).is_some_and(keeps)).cloned();
+        named.or_else(|| self.linked_user(node, path))
+    }
+
+    /// A live uid placed here whose path holds a symlink to the copy `path`: the uid that made
+    /// it, or the model whose path it is (a re-created one may find its predecessor's link).
+    fn linked_user(&self, node: usize, path: &str) -> Option<Uid> {
+        let root = &self.config.models_root;
+        let links = self.nodes[node].links.iter().filter(|(_, l)| l.copy == path);
+        links.into_iter().find_map(|(link, l)| {
+            let maker = self.damages(l.uid.as_str(), node).map(|o| o.uid.clone());
+            maker.or_else(|| {
+                let owner = self.api.objects.values().find(|o| {
+                    oracle::download_dir(&o.spec, root).as_deref() == Some(link.as_str())
+                        && oracle::copy_dir(&o.spec).as_deref() == Some(path)
+                })?;
+                self.damages(owner.uid.as_str(), node).map(|o| o.uid.clone())
+            })
+        })
+    }
+
+    /// A symlink where nothing is (on a writable root); the same link already there is done
+    /// (and is now `uid`'s); anything else is occupied.
+    fn exec_link(
+        &mut self,
+        node: usize,
+        id: model_agent_core::machine::EffectId,
+        uid: &Uid,
+        link: &str,
+        copy: &str,
+    ) -> Input {
+        let n = &mut self.nodes[node];
+        let occupied = n.occupied.contains(link) || n.dirs.contains_key(link);
+        let outcome =
+            |reason: String| Input::EffectDone { id, outcome: model_agent_core::machine::Outcome::Occupied(reason) };
+        if !n.root_writable {
+            return Input::EffectDone { id, outcome: fail("read-only file system") };
+        }
+        let made = Link { copy: copy.to_string(), uid: uid.clone(), generation: n.generation };
+        match n.links.get_mut(link) {
+            Some(l) if l.copy == copy => {
+                *l = made;
+                done(id)
+            }
+            Some(_) => outcome("another link".into()),
+            None if occupied => outcome(format!("{link} exists")),
+            None => {
+                n.links.insert(link.to_string(), made);
+                self.counters.links_made += 1;
+                done(id)
+            }
+        }
+    }
+
+    /// Removed only while it points at `copy`; anything else there is left alone.
+    fn exec_unlink(&mut self, node: usize, id: model_agent_core::machine::EffectId, link: &str, copy: &str) -> Input {
+        let n = &mut self.nodes[node];
+        if !n.root_writable {
+            return Input::EffectDone { id, outcome: fail("read-only file system") };
+        }
+        if n.links.get(link).is_some_and(|l| l.copy == copy) {
+            n.links.remove(link);
+            self.counters.unlinks += 1;
+        }
+        done(id)
     }
 
     fn exec_remove_orphan_entry(
@@ -748,8 +871,11 @@ impl World {
             return None;
         }
         let mut snapshot: DriftSnapshot = self.api.snapshot(node);
-        snapshot.owned_dirs =
-            self.nodes[node].dirs.iter().map(|(path, uid)| OwnedDir { path: path.clone(), uid: uid.clone() }).collect();
+        snapshot.owned_dirs = self.nodes[node]
+            .dirs
+            .iter()
+            .flat_map(|(path, uids)| uids.iter().map(|uid| OwnedDir { path: path.clone(), uid: uid.clone() }))
+            .collect();
         snapshot.trash = self.nodes[node].trash.iter().cloned().collect();
         Some(Input::DriftObserved { id, snapshot })
     }
@@ -1064,25 +1190,8 @@ impl World {
     /// the ground truth (decided by the simulator's own oracle), nothing is pending, and a
     /// second reconcile adds no effect.
     pub fn check_converged(&mut self) {
-        let root = self.config.models_root.clone();
         // What each live object needs, computed once (not once per node).
-        let expects: Vec<Expect> = self
-            .api
-            .objects
-            .values()
-            .filter(|o| !o.deleting)
-            .map(|o| Expect {
-                key: o.key.clone(),
-                label_key: wire::label_key(&o.key),
-                cm_key: wire::configmap_key(&o.key),
-                uid: o.uid.as_str().to_string(),
-                downloads: oracle::downloads(&o.spec.storage_uri),
-                local_path: oracle::local_path(&o.spec),
-                dir: oracle::download_dir(&o.spec, &root),
-                spec: o.spec.clone(),
-                rank: (o.key.kind != Kind::ClusterBaseModel, o.created_rv, o.uid.as_str().to_string()),
-            })
-            .collect();
+        let expects = self.expects();
         let mut problems = Vec::new();
         for node in 0..self.nodes.len() {
             if !matches!(self.nodes[node].agent, Agent::Stopped) {
@@ -1094,6 +1203,25 @@ impl World {
         }
     }
 
+    /// What each live object needs on a node where the oracle places it.
+    fn expects(&self) -> Vec<Expect> {
+        let root = &self.config.models_root;
+        let expect = |o: &crate::api::ApiObject| Expect {
+            key: o.key.clone(),
+            label_key: wire::label_key(&o.key),
+            cm_key: wire::configmap_key(&o.key),
+            uid: o.uid.as_str().to_string(),
+            downloads: oracle::downloads(&o.spec.storage_uri),
+            reuses: oracle::reuses(&o.spec),
+            local_path: oracle::local_path(&o.spec),
+            dir: oracle::download_dir(&o.spec, root),
+            copy: oracle::copy_dir(&o.spec),
+            spec: o.spec.clone(),
+            rank: (o.key.kind != Kind::ClusterBaseModel, o.created_rv, o.uid.as_str().to_string()),
+        };
+        self.api.objects.values().filter(|o| !o.deleting).map(expect).collect()
+    }
+
     /// What one node should show, against what it shows.
     fn node_converged(&self, node: usize, expects: &[Expect], problems: &mut Vec<(usize, Option<ModelKey>, String)>) {
         let n = &self.nodes[node];
@@ -1102,7 +1230,9 @@ impl World {
         for e in key_owners(&placed) {
             let local_missing = e.local_path.as_ref().is_some_and(|p| n.missing_local.contains(p));
             // Two models may name one directory: the one whose marker it holds is Ready.
-            let taken = e.dir.as_ref().and_then(|p| n.dirs.get(p)).is_some_and(|owner| owner.as_str() != e.uid);
+            let taken =
+                e.dir.as_ref().and_then(|p| n.dirs.get(p)).is_some_and(|marker| !marker.contains(&Uid::new(&e.uid)))
+                    && !e.reuses;
             let failed = (e.downloads && (!n.root_writable || taken)) || local_missing;
             let status = if failed { ModelStatus::Failed } else { ModelStatus::Ready };
             expected_labels.insert(&e.label_key, (status.as_str(), &e.key));
@@ -1113,6 +1243,16 @@ impl World {
                     Some(e.key.clone()),
                     format!("entry {} is {other:?}, expected {status:?} of {}", e.cm_key, e.uid),
                 )),
+            }
+            if status == ModelStatus::Ready
+                && let (Some(dir), Some(copy)) = (&e.dir, &e.copy)
+            {
+                // Its path links to the node's copy, or (something else was there) holds its own.
+                let linked = n.links.get(dir).is_some_and(|l| l.copy == *copy);
+                let own = n.dirs.get(dir).is_some_and(|marker| marker.contains(&Uid::new(&e.uid)));
+                if !linked && !own {
+                    problems.push((node, Some(e.key.clone()), format!("{dir} does not link to the copy {copy}")));
+                }
             }
         }
         let labels = &self.api.labels[node];
@@ -1126,7 +1266,50 @@ impl World {
             let key = self.label_writer.get(&(node, k.clone())).and_then(|uid| self.api.key_of(uid));
             problems.push((node, key, format!("stale label {k}")));
         }
+        self.node_links(node, &placed, problems);
         self.node_leftovers(node, problems);
+    }
+
+    /// Every symlink this process knows of is the path of a live model placed here that uses
+    /// that copy, and every copy in place is such a model's: nothing is left unreferenced. (A
+    /// link an earlier process left is counted by `orphan_links`.)
+    fn node_links(&self, node: usize, placed: &[&Expect], problems: &mut Vec<(usize, Option<ModelKey>, String)>) {
+        let n = &self.nodes[node];
+        let used_from = |path: &str, copy: &str| {
+            placed.iter().any(|e| e.dir.as_deref() == Some(path) && e.copy.as_deref() == Some(copy))
+        };
+        for (path, link) in n.links.iter().filter(|(_, l)| l.generation == n.generation) {
+            if !used_from(path, &link.copy) {
+                let key = self.api.key_of(link.uid.as_str());
+                problems.push((node, key, format!("stale link {path} -> {} (made by {})", link.copy, link.uid)));
+            }
+        }
+        // A copy stays while a model placed here may use it (README: the sweep keeps it for any
+        // such model the LISTs show, one whose keys another model holds included).
+        for copy in n.dirs.keys().filter(|p| is_copy(p)) {
+            if !placed.iter().any(|e| e.copy.as_deref() == Some(copy.as_str())) {
+                problems.push((node, None, format!("shared copy {copy} is in place with no live model using it")));
+            }
+        }
+    }
+
+    /// Symlinks an earlier agent process left that no live model placed on their node uses
+    /// (its model was deleted, or moved, while no process knew of the link): the snapshot does
+    /// not report symlinks, so no later process can remove them.
+    pub fn orphan_links(&self) -> usize {
+        let root = &self.config.models_root;
+        let used = |node: usize, path: &str, copy: &str| {
+            self.api.objects.values().any(|o| {
+                !o.deleting
+                    && self.api.placed(&o.spec, node)
+                    && oracle::download_dir(&o.spec, root).as_deref() == Some(path)
+                    && oracle::copy_dir(&o.spec).as_deref() == Some(copy)
+            })
+        };
+        let node_orphans = |(node, n): (usize, &SimNode)| {
+            n.links.iter().filter(|(path, l)| l.generation != n.generation && !used(node, path, &l.copy)).count()
+        };
+        self.nodes.iter().enumerate().map(node_orphans).sum()
     }
 
     /// Entries and directories of deleted uids, pending work, and a second reconcile's effects.
@@ -1137,9 +1320,9 @@ impl World {
                 problems.push((node, None, format!("stale entry {k} of uid {:?}", e.uid)));
             }
         }
-        for (path, uid) in &self.nodes[node].dirs {
-            if !live(uid.as_str()) {
-                problems.push((node, None, format!("directory {path} of deleted uid {uid} still in place")));
+        for (path, uids) in &self.nodes[node].dirs {
+            if !uids.iter().any(|u| live(u.as_str())) && !is_copy(path) {
+                problems.push((node, None, format!("directory {path} of deleted uids {uids:?} still in place")));
             }
         }
         if let Agent::Core(state) = &self.nodes[node].agent {
@@ -1167,7 +1350,14 @@ impl World {
             }
             expected += 1;
             let entry_left = self.api.entries[*node].values().any(|e| e.uid.as_deref() == Some(uid.as_str()));
-            let dir_left = self.nodes[*node].dirs.values().any(|u| u.as_str() == uid);
+            // A directory another live uid shares is theirs now, and a copy is kept by its users
+            // (`node_links` checks those); a link is the model's own (one an earlier process
+            // left is `orphan_links`).
+            let n = &self.nodes[*node];
+            let theirs = |m: &BTreeSet<Uid>| m.contains(&Uid::new(uid)) && m.iter().all(|u| !live.contains(u.as_str()));
+            let dir_left = n.dirs.iter().any(|(path, m)| !is_copy(path) && theirs(m));
+            let link_left = n.links.values().any(|l| l.uid.as_str() == uid && l.generation == n.generation);
+            let dir_left = dir_left || link_left;
             if !entry_left && !dir_left {
                 done += 1;
             }
@@ -1183,8 +1373,12 @@ struct Expect {
     cm_key: String,
     uid: String,
     downloads: bool,
+    /// `ReuseIfExists` on `hf://`: a symlink to the node's copy, never Failed for a marker.
+    reuses: bool,
     local_path: Option<String>,
     dir: Option<String>,
+    /// The shared copy a `ReuseIfExists` model links its path to.
+    copy: Option<String>,
     spec: Arc<ModelSpec>,
     /// Rank among models whose keys collide: ClusterBaseModel first, then older, then uid.
     rank: (bool, u64, String),
@@ -1213,6 +1407,21 @@ fn key_owners<'a>(placed: &[&'a Expect]) -> Vec<&'a Expect> {
         .filter(|e| by_label[e.label_key.as_str()] == &e.rank && by_entry[e.cm_key.as_str()] == &e.rank)
         .copied()
         .collect()
+}
+
+#[cfg(test)]
+#[path = "world_tests.rs"]
+mod tests;
+
+/// The simulated Hub answers every revision with its commit (`oracle::commit_of`).
+fn resolved(id: model_agent_core::EffectId, storage_uri: &str) -> Input {
+    let commit = oracle::commit_of(storage_uri).unwrap_or_default();
+    Input::EffectDone { id, outcome: model_agent_core::machine::Outcome::Resolved { commit } }
+}
+
+/// Is `path` (beneath the root) a shared copy?
+fn is_copy(path: &str) -> bool {
+    path.starts_with("_artifacts/")
 }
 
 fn done(id: model_agent_core::EffectId) -> Input {

@@ -2,6 +2,9 @@
 //! model shows the damage where the upstream agent did it. Runs are deterministic and traces the
 //! fleet records replay byte for byte.
 
+use model_agent_core::ModelSpec;
+use model_agent_core::model::DownloadPolicy;
+use model_agent_sim::oracle;
 use model_agent_sim::scenario::{self, Options, SCENARIOS};
 use model_agent_sim::world::AgentKind;
 
@@ -61,15 +64,37 @@ fn one_seed_reproduces_a_run_and_another_differs() {
 
 #[test]
 fn swarm_of_50_seeds_passes() {
-    let mut cancelled = 0;
+    let (mut cancelled, mut links, mut copies_trashed) = (0, 0, 0);
     for seed in 0..50 {
         let (r, world, knobs) = scenario::swarm_run(seed, None, None);
         assert!(r.clean(), "seed {seed} ({knobs:?}): {:#?}", r.invariant_violations);
         cancelled += world.counters.downloads_cancelled;
+        links += world.counters.links_made;
+        copies_trashed += world.counters.copies_trashed;
     }
     // The swarm covers a delete or placement exit during a download (the simulator checks the
     // directory is trashed only after the download stopped).
     assert!(cancelled > 0, "no seed cancelled a download");
+    // And shared copies: models linked to one, and copies that lost their last user trashed.
+    assert!(links > 0 && copies_trashed > 0, "links {links}, copies trashed {copies_trashed}");
+}
+
+#[test]
+fn one_copy_per_revision_is_shared_kept_while_used_and_trashed_once_unused() {
+    let (r, world) = scenario::run("shared-copy", &opts(AgentKind::Core)).unwrap();
+    assert!(r.clean(), "{:#?}", r.invariant_violations);
+    let count = |k: &str| r.extra[k].as_u64().unwrap();
+    assert!(count("copies_made") > 0 && count("links_made") >= 3 && count("unlinks") > 0, "{:?}", r.extra);
+    assert!(count("copies_trashed") > 0, "{:?}", r.extra);
+    // Every `@v2` model was deleted at the end: that copy left every node; the other stayed.
+    let spec = |uri: &str| ModelSpec { download_policy: DownloadPolicy::ReuseIfExists, ..ModelSpec::simple(uri, None) };
+    let (v2, main) = (oracle::copy_dir(&spec("hf://org/qwen@v2")), oracle::copy_dir(&spec("hf://org/qwen")));
+    for node in &world.nodes {
+        assert!(!node.dirs.contains_key(&v2.clone().unwrap()));
+        assert!(node.dirs.contains_key(&main.clone().unwrap()));
+        // (A model that downloaded its own copy at its path while `AlwaysDownload` keeps it.)
+        assert!(node.links.values().any(|l| Some(&l.copy) == main.as_ref()), "{:?}", node.links);
+    }
 }
 
 #[test]

@@ -29,6 +29,9 @@ pub(super) struct Contest {
     /// Another model not confirmed gone may have the label, or is placed here and maps to it:
     /// never remove it.
     pub(super) fenced: bool,
+    /// Another model leaving has an effect in flight (its removal of the shared label, say):
+    /// nothing is written to the shared keys until it lands.
+    pub(super) settling: bool,
 }
 
 /// A model's node label key and ConfigMap key, computed once per lookup.
@@ -206,6 +209,7 @@ pub(super) fn contest(
         // would each wait for the other).
         let alive = |i: &Incarnation| matches!(i.life, Life::Observed | Life::PendingConfirm { .. });
         contest.fenced |= slot.all().any(|i| alive(i) && i.claims_label());
+        contest.settling |= slot.all().any(|i| !alive(i) && i.inflight.is_some());
         if let Some(inc) = claimant(slot, node) {
             contest.fenced = true;
             let r = rank(other, inc);

@@ -173,7 +173,9 @@ impl State {
             let inc = self.slots.get(&obj.key)?.all().find(|i| *i.uid() == obj.uid)?;
             inc.resolved_for(&obj.spec()?.storage_uri).map(str::to_string)
         };
-        let listed_uses = listed.iter().any(|o| placed(o) && shared::may_use_copy(o, known_commit(o).as_deref(), rel));
+        // A model being deleted (its finalizer still held) never uses it again.
+        let listed_uses =
+            listed.iter().any(|o| !o.deleting && placed(o) && shared::may_use_copy(o, known_commit(o).as_deref(), rel));
         listed_uses
             || self.slots.values().flat_map(|s| s.all()).any(|i| {
                 matches!(i.life, Life::Observed | Life::PendingConfirm { .. })

@@ -163,6 +163,14 @@ pub(super) fn decide_exit(
     else {
         return false;
     };
+    // A model read sent before the breaker's hold ends (a LIST may answer a held exit early)
+    // decides nothing, whatever the Node says: read both again once the hold is over.
+    if model.at < fresh_after {
+        if let Life::PendingConfirm { read, .. } = &mut inc.life {
+            *read = ReadState::Waiting { at: fresh_after };
+        }
+        return false;
+    }
     // The two witnesses speak of one moment: the Node read is sent no earlier than the model
     // read that agreed (a retried model read never pairs with an older round's Node read).
     let fresh = |w: &&NodeWitness| w.sent.seq >= since_seq.max(model.seq) && w.sent.at >= fresh_after;

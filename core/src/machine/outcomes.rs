@@ -87,7 +87,13 @@ impl State {
                     IncOp::Publish { status, reason } => inc.published = Published::Status { status, reason },
                     IncOp::Unpublish => inc.published = Published::Nothing,
                     IncOp::Trash { name } => {
-                        inc.owned_dir = None;
+                        // What it fetched there is gone: placed here again, it fetches again.
+                        let gone = inc.owned_dir.take();
+                        if let Fetched::Done { plan, .. } = &inc.fetched
+                            && plan.fetch_into().map(|(_, dir)| dir) == gone.as_deref()
+                        {
+                            inc.fetched = Fetched::No;
+                        }
                         let purge_at = now.plus_ms(config.trash_grace_ms);
                         trash.insert(name.clone(), purge_at);
                         timers.insert((purge_at, TimerKey::Purge(name)));

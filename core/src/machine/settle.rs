@@ -147,7 +147,8 @@ impl State {
         let gone: Vec<(Arc<str>, Uid)> =
             before.into_iter().filter(|(_, uid)| !slot.all().any(|i| i.uid() == uid)).collect();
         st.dir_affected.extend(shared::unregister(dirs, &gone));
-        st.dir_affected.extend(shared::register(dirs, key, slot, &config.models_root, node.as_deref()));
+        let held = contest.as_ref().is_some_and(|c| c.held_by.is_some());
+        st.dir_affected.extend(shared::register(dirs, key, slot, &config.models_root, (node.as_deref(), held)));
         // A copy whose last user left (a delete, a switch to its own download): the sweep decides.
         st.copy_released |= before_dirs.iter().any(|d| shared::copy_parts(d).is_some() && !dirs.contains_key(d));
         sync_timers(timers, key, slot);
@@ -198,7 +199,6 @@ pub(super) fn drive(
     let mut actions: Vec<(Uid, Op, IncOp)> = Vec::new();
     let mut cancels: Vec<Uid> = Vec::new();
     let mut finished: Vec<Uid> = Vec::new();
-    let former_owns_dir = slot.former.iter().any(owns_unreserved_dir);
     // Earlier incarnations first: the current one acts only once none of them is pending, has an
     // effect in flight, or is given one now.
     let mut former_unsettled = false;
@@ -213,6 +213,9 @@ pub(super) fn drive(
         if !running && (inc.inflight.is_some() || inc.blocked_until.is_some_and(|t| t > env.now)) {
             continue;
         }
+        // Read when the current one decides: a former one may have just left a directory
+        // others use (`share_step`) and be dropped below, with nothing else to wake this key.
+        let former_owns_dir = is_current && slot.former.iter().any(owns_unreserved_dir);
         let ctx = context(env, key, slot, inc, is_current, (former_owns_dir, former_unsettled));
         let want = want(inc, &ctx);
         let inc = if is_current { slot.current.as_mut() } else { slot.former.get_mut(i) }.expect("in range");
@@ -288,9 +291,12 @@ fn share_step(inc: &mut Incarnation, ctx: &Context, want: &Want) -> bool {
     let mut copy_released = false;
     if let (Want::Absent, Some(dir)) = (want, &inc.owned_dir) {
         let copy = shared::in_artifacts(dir);
-        if copy || ctx.dir.as_ref().is_some_and(|d| d.shared) {
+        let shared = ctx.dir.as_ref().is_some_and(|d| d.shared);
+        if copy || shared {
             inc.owned_dir = None;
-            copy_released = copy;
+            // The sweep is asked for only when no one else uses the copy: every snapshot gives
+            // a leaving uid the copy its marker names again.
+            copy_released = copy && !shared;
         }
     }
     if let Some(digest) = ctx.dir.as_ref().and_then(|d| d.artifact.as_ref()).map(shared::ArtifactView::digest) {
@@ -314,17 +320,19 @@ fn context<'a>(
     is_current: bool,
     (former_owns_dir, former_unsettled): (bool, bool),
 ) -> Context<'a> {
+    let held_by = env.contest.and_then(|c| c.held_by.as_ref()).filter(|_| is_current);
     Context {
         node: env.node,
         root: env.root,
         models_root: &env.config.models_root,
         label_fenced: label_fenced(env, slot, inc),
-        held_by: env.contest.and_then(|c| c.held_by.as_ref()).filter(|_| is_current),
+        held_by,
         synced: env.synced,
         former_owns_dir: is_current && former_owns_dir,
-        predecessor_unsettled: is_current && former_unsettled,
+        // A colliding model's removal in flight may take a shared key: it lands first.
+        predecessor_unsettled: is_current && (former_unsettled || env.contest.is_some_and(|c| c.settling)),
         update_model_spec: env.config.update_model_spec,
-        dir: shared::member_of(key, inc, &env.config.models_root, env.node)
+        dir: shared::member_of(key, inc, &env.config.models_root, (env.node, held_by.is_some()))
             .map(|(dir, me)| shared::dir_view(env.dirs, env.dirs_trashing, &dir, &me)),
     }
 }
@@ -347,9 +355,10 @@ fn label_fenced(env: &Env, slot: &Slot, inc: &Incarnation) -> bool {
         || slot.all().any(|o| o.uid() != inc.uid() && !o.is_confirmed() && o.claims_label())
 }
 
-/// A directory it owns that is not kept for a reserved artifact.
+/// A directory it owns that is not kept for a reserved artifact, or its symlink (a download
+/// into its path would find the link in the way).
 fn owns_unreserved_dir(inc: &Incarnation) -> bool {
-    inc.owned_dir.is_some() && !inc.obj.spec().is_some_and(|s| s.reserve_artifact)
+    (inc.owned_dir.is_some() && !inc.obj.spec().is_some_and(|s| s.reserve_artifact)) || inc.link().is_some()
 }
 
 /// Emit each decided effect and mark it in flight for its incarnation; a Failed publish is

@@ -33,6 +33,8 @@ pub struct Member {
     pub alive: bool,
     /// A download of it into the directory is in flight.
     pub downloading: bool,
+    /// Leaving, with an effect in flight: it may be moving the directory to the trash.
+    pub trashing: bool,
     /// Its symlink to the directory (absolute), for the artifact's `childrenPaths`.
     pub link_abs: Option<String>,
 }
@@ -52,11 +54,13 @@ pub struct DirView {
     /// Another member's download into it is in flight.
     pub busy: bool,
     /// Another model (another name: a recreated one waits for its predecessor's directory to
-    /// go) of the same source, not confirmed gone, uses it.
+    /// go, unless the marker names it already) of the same source, not confirmed gone, uses it
+    /// (of any source when this one's is unknown).
     pub shared: bool,
     /// Uids an `Op::Download` may find in the marker and writes into it with its own.
     pub co_owners: Vec<Uid>,
-    /// A copy being trashed: nothing is fetched into it until that lands.
+    /// Being trashed (by the sweep, or by a member leaving): nothing is fetched into it until
+    /// that lands.
     pub trashing: bool,
     /// For a shared copy's Ready entry: the owner's ConfigMap key and the children's links.
     pub artifact: Option<ArtifactView>,
@@ -143,24 +147,29 @@ pub fn planned(
 /// The directory an incarnation uses now and what it is to it: the one its plan fetches into,
 /// else the one it owns.
 ///
-/// Only an incarnation that may be placed here fetches (a withdrawn or confirmed one, or one
-/// the Node does not place, uses only what it owns).
+/// Only an incarnation that may be placed here fetches (a withdrawn or confirmed one, one the
+/// Node does not place, or one whose keys a colliding model `held` writes nothing, uses only
+/// what it owns, once any download of it has ended).
 pub fn member_of(
     key: &ModelKey,
     inc: &Incarnation,
     models_root: &str,
-    node: Option<&NodeView>,
+    (node, held): (Option<&NodeView>, bool),
 ) -> Option<(Arc<str>, Member)> {
-    let placed =
-        matches!(inc.life, Life::Observed | Life::PendingConfirm { .. }) && eligible_now(inc, node) != Some(false);
+    let placed = !held
+        && matches!(inc.life, Life::Observed | Life::PendingConfirm { .. })
+        && eligible_now(inc, node) != Some(false);
     let plan = match (inc.obj.spec(), &inc.dest) {
         (Some(spec), Ok(Some(dest))) if placed && spec.uri.as_ref().is_ok_and(|u| u.downloads()) => {
             planned(inc, spec, dest, models_root).ok()
         }
         _ => None,
     };
-    let (source, dir) = match plan.as_ref().and_then(Plan::fetch_into) {
-        Some((uri, dir)) => (Some(Arc::from(uri)), dir.to_string()),
+    // A download still running (being cancelled, say) keeps it in that directory until it ends:
+    // nothing else is decided for it meanwhile.
+    let running = inc.download.as_ref().and_then(|run| run.plan.fetch_into());
+    let (source, dir, trashing) = match running.or_else(|| plan.as_ref().and_then(Plan::fetch_into)) {
+        Some((uri, dir)) => (Some(Arc::from(uri)), dir.to_string(), false),
         // Leaving: what it owns, from the source it fetched it with.
         None => {
             let dir = inc.owned_dir.clone()?;
@@ -168,14 +177,14 @@ pub fn member_of(
                 Fetched::Done { plan, .. } => plan.fetch_into().filter(|(_, d)| *d == dir).map(|(u, _)| Arc::from(u)),
                 _ => None,
             };
-            (fetched, dir)
+            (fetched, dir, inc.inflight.is_some())
         }
     };
     let downloading = inc.download.as_ref().is_some_and(|run| run.plan.fetch_into().is_some_and(|(_, d)| d == dir));
     let link_abs =
         inc.link().filter(|(_, to)| *to == dir).map(|(at, _)| format!("{}/{at}", models_root.trim_end_matches('/')));
-    let member =
-        Member { key: key.clone(), uid: inc.uid().clone(), source, alive: !inc.is_confirmed(), downloading, link_abs };
+    let alive = !inc.is_confirmed();
+    let member = Member { key: key.clone(), uid: inc.uid().clone(), source, alive, downloading, trashing, link_abs };
     Some((Arc::from(dir.as_str()), member))
 }
 
@@ -186,16 +195,24 @@ pub fn dir_view(dirs: &Map<Arc<str>, Arc<DirUse>>, trashing: &Set<Arc<str>>, dir
     };
     let others = || using.members.iter().filter(|m| m.uid != me.uid);
     let same = |m: &&Member| m.source.is_some() && m.source == me.source;
-    let other_source: Vec<&Uid> = others().filter(|m| !same(m)).map(|m| &m.uid).collect();
-    let mut co_owners: Vec<Uid> = others().filter(same).map(|m| m.uid.clone()).collect();
+    // A copy's path names what is in it: whoever its marker names or owns it shares it.
+    let copy = copy_parts(dir).is_some();
+    let other_source: Vec<&Uid> = others().filter(|m| !copy && !same(m)).map(|m| &m.uid).collect();
+    let mut co_owners: Vec<Uid> = others().filter(|m| copy || same(m)).map(|m| m.uid.clone()).collect();
     co_owners.extend(using.marked.iter().filter(|u| **u != me.uid && !other_source.contains(u)).cloned());
     co_owners.sort();
     co_owners.dedup();
+    // A member that only owns the directory (nothing fetched in this run: its source is
+    // unknown) shares it with every other member that fetches into it or fetched it. Another
+    // incarnation of the same name shares it only once the marker names it (a stale list can
+    // bring back an older uid after the newer one downloaded there).
+    let shares = |m: &&Member| same(m) || (me.source.is_none() && m.source.is_some());
+    let sharer = |m: &&Member| m.alive && (m.key != me.key || using.marked.contains(&m.uid)) && shares(m);
     DirView {
         busy: others().any(|m| m.downloading),
-        shared: others().any(|m| m.alive && m.key != me.key && same(&m)),
+        shared: others().any(|m| sharer(&m)),
         co_owners,
-        trashing: trashing.contains(dir),
+        trashing: trashing.contains(dir) || others().any(|m| m.trashing),
         artifact: copy_parts(dir).map(|_| artifact_view(using, me)),
     }
 }
@@ -215,18 +232,21 @@ fn artifact_view(using: &DirUse, me: &Member) -> ArtifactView {
     ArtifactView { owner_cm_key: wire::configmap_key(owner), children }
 }
 
-/// Move `key`'s incarnations to the directories they use now. Returns the other members of
-/// every directory whose membership changed: their decisions read it.
+/// Move `key`'s incarnations to the directories they use now (`held`: a colliding model holds
+/// the current one's keys). Returns the other members of every directory whose membership
+/// changed: their decisions read it.
 pub(super) fn register(
     dirs: &mut Map<Arc<str>, Arc<DirUse>>,
     key: &ModelKey,
     slot: &mut Slot,
     models_root: &str,
-    node: Option<&NodeView>,
+    (node, held): (Option<&NodeView>, bool),
 ) -> Vec<ModelKey> {
     let mut affected = Vec::new();
+    let current = slot.current.as_ref().map(|i| i.uid().clone());
     for inc in slot.all_mut() {
-        let now = member_of(key, inc, models_root, node);
+        let held = held && current.as_ref() == Some(inc.uid());
+        let now = member_of(key, inc, models_root, (node, held));
         let before = inc.share.as_ref().and_then(|s| s.registered.clone());
         if now == before {
             continue;

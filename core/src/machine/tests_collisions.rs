@@ -180,3 +180,24 @@ fn two_colliding_models_leaving_together_remove_the_shared_label() {
     assert!(removes_label(&all), "neither waits for the other: {all:?}");
     assert_eq!(h.s.model_count(), 0);
 }
+
+#[test]
+fn a_new_owner_of_a_shared_key_writes_only_once_the_last_owner_s_removal_landed() {
+    // The simulator's swarm, seed 2766: the ClusterBaseModel owner is deleted alone on the key
+    // (its removal takes the label), and the colliding BaseModel is created before that removal
+    // lands. Were the BaseModel to publish at once, the removal would take its label.
+    let (cbm, bm) = pair();
+    let mut h = H::new();
+    let e = h.start(false, vec![cbm.clone()]);
+    h.settle(e);
+    let e = h.apply(deleting(cbm.clone()));
+    let Some(removal) = e.iter().find(|e| matches!(e.op, Op::Unpublish { remove_label: true, .. })) else {
+        panic!("the owner's removal takes the label: {e:?}")
+    };
+    let e = h.apply(bm.clone());
+    let early = h.settle(e);
+    assert!(publishers(&early).is_empty(), "written before the removal landed: {early:?}");
+    let e = h.input(Input::EffectDone { id: removal.id, outcome: Outcome::Done });
+    let all = h.settle(e);
+    assert_eq!(publishers(&all).first(), Some(&("u-bm".to_string(), true)), "{all:?}");
+}

@@ -306,3 +306,337 @@ fn the_copy_counts_every_model_that_uses_it_and_its_bytes() {
     let (h, _, _) = three_ready();
     assert_eq!(h.s.shared_copies(), vec![CopyUse { path: COPY.into(), references: 3, bytes: 1000 }]);
 }
+
+/// Answers every effect as a healthy node would, snapshots showing `owned`, but leaves every
+/// download and read unanswered: they are returned for the test to answer.
+fn answer_holding_downloads(h: &mut H, mut effects: Vec<Effect>, owned: &[OwnedDir], seen: &mut Seen) -> Vec<Effect> {
+    let mut held = Vec::new();
+    while !effects.is_empty() {
+        let mut next = Vec::new();
+        for e in &effects {
+            let input = match &e.op {
+                Op::Download { .. }
+                | Op::LiveGet { .. }
+                | Op::LiveGetNode
+                | Op::LiveList { .. }
+                | Op::CancelDownload { .. } => {
+                    held.push(e.clone());
+                    continue;
+                }
+                Op::TrashDir { path, .. } => {
+                    seen.trashed.push(path.clone());
+                    Input::EffectDone { id: e.id, outcome: Outcome::Done }
+                }
+                Op::Snapshot => {
+                    let snapshot = DriftSnapshot { owned_dirs: owned.to_vec(), ..DriftSnapshot::default() };
+                    Input::DriftObserved { id: e.id, snapshot }
+                }
+                Op::ProbeRoot => Input::RootProbed { id: e.id, probe: RootProbe::healthy(true) },
+                Op::Resolve { .. } => {
+                    Input::EffectDone { id: e.id, outcome: Outcome::Resolved { commit: COMMIT.into() } }
+                }
+                _ => Input::EffectDone { id: e.id, outcome: Outcome::Done },
+            };
+            next.extend(h.input(input));
+        }
+        effects = next;
+    }
+    held
+}
+
+fn downloads(effects: &[Effect]) -> Vec<(Uid, EffectId)> {
+    effects
+        .iter()
+        .filter_map(|e| if let Op::Download { uid, .. } = &e.op { Some((uid.clone(), e.id)) } else { None })
+        .collect()
+}
+
+#[test]
+fn a_model_leaving_before_its_download_ran_never_trashes_the_path_another_model_uses() {
+    // After a restart the marker names both. One downloads (one at a time), and the other
+    // moves to other nodes while it waits: it owns the directory, but fetched nothing in this
+    // run, so its source is unknown. The directory is the other model's now.
+    let mut h = H::new();
+    let a = obj(&ModelKey::cluster("prefill"), "p1", "hf://org/repo", Some("/mnt/models/shared"));
+    let b = obj(&ModelKey::cluster("decode"), "d1", "hf://org/repo", Some("/mnt/models/shared"));
+    let owned = [
+        OwnedDir { path: "shared".into(), uid: Uid::new("p1") },
+        OwnedDir { path: "shared".into(), uid: Uid::new("d1") },
+    ];
+    let mut seen = Seen::default();
+    let e = h.start(true, vec![a.clone(), b.clone()]);
+    let mut held = downloads(&answer_holding_downloads(&mut h, e, &owned, &mut seen));
+    // The next drift pass shows both markers to the one waiting.
+    let e = h.advance(h.s.config().drift_period_ms * 2);
+    held.extend(downloads(&answer_holding_downloads(&mut h, e, &owned, &mut seen)));
+    let [(first, download)] = &held[..] else { panic!("one download at a time: {held:?}") };
+    let (leaving, stays) = if first.as_str() == "d1" { (&a, &b) } else { (&b, &a) };
+    assert_eq!(h.view(&leaving.key, leaving.uid.as_str()).owned_dir.as_deref(), Some("shared"));
+    // It no longer matches this node: both witnesses agree, and it is withdrawn.
+    let moved = gpu_only(leaving.clone());
+    let e = h.apply(moved.clone());
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(moved) });
+    let e = h.input(Input::NodeRead { id: one_node_get(&e), result: NodeReadResult::Found(node(&[])) });
+    answer_holding_downloads(&mut h, e, &owned, &mut seen);
+    assert_eq!(h.view(&leaving.key, leaving.uid.as_str()).life, Life::Withdrawn);
+    let result = DownloadResult::Done { commit: COMMIT.into(), metadata: None, bytes: 1000 };
+    let done = Input::EffectDone { id: *download, outcome: Outcome::Downloaded(DownloadEnd { marked: true, result }) };
+    let e = h.input(done);
+    answer_holding_downloads(&mut h, e, &owned, &mut seen);
+    assert!(seen.trashed.is_empty(), "{} still uses it: {:?}", stays.key, seen.trashed);
+    let v = h.view(&stays.key, stays.uid.as_str());
+    assert_eq!(v.published, Published::Status { status: ModelStatus::Ready, reason: None });
+}
+
+#[test]
+fn a_name_recreated_while_its_predecessor_owned_a_shared_path_goes_on_at_once() {
+    // `prefill` is placed on other nodes, but the marker here names it too (the snapshot shows
+    // it): it owns the path it shares with `decode`, and its placement exit is being read.
+    let mut h = H::new();
+    let a = gpu_only(obj(&ModelKey::cluster("prefill"), "p1", "hf://org/repo", Some("/mnt/models/shared")));
+    let b = obj(&ModelKey::cluster("decode"), "d1", "hf://org/repo", Some("/mnt/models/shared"));
+    let owned = [
+        OwnedDir { path: "shared".into(), uid: Uid::new("p1") },
+        OwnedDir { path: "shared".into(), uid: Uid::new("d1") },
+    ];
+    let mut seen = Seen::default();
+    let e = h.start(true, vec![a.clone(), b.clone()]);
+    let left = answer_holding_downloads(&mut h, e, &owned, &mut seen);
+    assert_eq!(h.view(&a.key, "p1").owned_dir.as_deref(), Some("shared"));
+    let read = left.iter().find(|e| matches!(&e.op, Op::LiveGet { key } if *key == a.key)).expect("exit read").id;
+    // Re-created under the same name, another source at another path, placed here. The read
+    // answers with the new uid: the old one leaves the path to `decode` (nothing to trash,
+    // nothing published) in the step that lets the new one go on.
+    let a2 = obj(&a.key, "p2", "hf://org/other", Some("/mnt/models/other"));
+    let e = h.apply(a2.clone());
+    let mut reads = vec![read];
+    reads.extend(gets(&answer_holding_downloads(&mut h, e, &owned, &mut seen)).into_iter().map(|(id, _)| id));
+    let mut left = Vec::new();
+    for id in reads {
+        let e = h.input(Input::LiveRead { id, result: ReadResult::Found(a2.clone()) });
+        left.extend(answer_holding_downloads(&mut h, e, &owned, &mut seen));
+    }
+    assert!(seen.trashed.is_empty(), "decode still uses it: {:?}", seen.trashed);
+    let p2 = left.iter().find_map(|e| match &e.op {
+        Op::Download { uid, dest, .. } if uid.as_str() == "p2" => dest.beneath_root.clone(),
+        _ => None,
+    });
+    assert_eq!(p2.as_deref(), Some("other"), "{left:?}");
+}
+
+#[test]
+fn a_model_whose_keys_another_holds_does_not_keep_a_path_it_never_wrote() {
+    // BaseModel `x` in namespace `clusterbasemodel` maps to the keys of ClusterBaseModel
+    // `basemodel.x`, which ranks first: `x` writes nothing here, so it does not use the path it
+    // names with `prefill`, and the last model that wrote there trashes it.
+    let mut h = H::new();
+    let a = obj(&ModelKey::cluster("prefill"), "p1", "hf://org/repo", Some("/mnt/models/shared"));
+    let owner = obj(&ModelKey::cluster("basemodel.x"), "o1", "vendor://nvidia/nim/x", None);
+    let held = obj(&ModelKey::namespaced("clusterbasemodel", "x"), "x1", "hf://org/repo", Some("/mnt/models/shared"));
+    let models = vec![a.clone(), owner.clone(), held.clone()];
+    let mut seen = Seen::default();
+    let e = h.start(true, models.clone());
+    run(&mut h, e, &mut seen, &[], &models);
+    assert_eq!(seen.downloads.iter().map(|(uid, _, _)| uid.as_str()).collect::<Vec<_>>(), vec!["p1"]);
+    let e = delete(&mut h, &a);
+    let marked = [OwnedDir { path: "shared".into(), uid: Uid::new("p1") }];
+    run(&mut h, e, &mut seen, &marked, &[owner, held]);
+    assert_eq!(seen.trashed, vec!["shared".to_string()]);
+}
+
+#[test]
+fn an_older_uid_a_stale_list_brings_back_never_trashes_the_path_its_successor_downloaded() {
+    // After a restart `m` (uid n1) downloaded into its path, which the marker says it shares
+    // with its predecessor o1 (same source, same path). A stale list shows o1 again: the live
+    // read confirms it replaced, and its cleanup must leave n1's directory alone.
+    let mut h = H::new();
+    let old = obj(&ModelKey::cluster("m"), "o1", "hf://org/repo", Some("/mnt/models/m"));
+    let new = obj(&ModelKey::cluster("m"), "n1", "hf://org/repo", Some("/mnt/models/m"));
+    let owned =
+        [OwnedDir { path: "m".into(), uid: Uid::new("o1") }, OwnedDir { path: "m".into(), uid: Uid::new("n1") }];
+    let mut seen = Seen::default();
+    let e = h.start(true, vec![new.clone()]);
+    run(&mut h, e, &mut seen, &owned, std::slice::from_ref(&new));
+    assert_eq!(seen.downloads, vec![("n1".to_string(), "m".to_string(), vec!["o1".to_string()])]);
+    let mut e = h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
+    e.extend(h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(old.clone())));
+    e.extend(h.watch(Kind::ClusterBaseModel, WatchEvent::RelistDone));
+    let mut left = answer_holding_downloads(&mut h, e, &owned, &mut seen);
+    // The read goes unanswered past a drift pass, whose snapshot shows o1's marker too.
+    let e = h.advance(h.s.config().drift_period_ms * 2);
+    left.extend(answer_holding_downloads(&mut h, e, &owned, &mut seen));
+    assert_eq!(h.view(&old.key, "o1").owned_dir.as_deref(), Some("m"));
+    // Every read of `m` now finds n1.
+    for _ in 0..20 {
+        for (id, _) in gets(&std::mem::take(&mut left)) {
+            let e = h.input(Input::LiveRead { id, result: ReadResult::Found(new.clone()) });
+            left.extend(answer_holding_downloads(&mut h, e, &owned, &mut seen));
+        }
+        let e = h.advance(30_000);
+        left.extend(answer_holding_downloads(&mut h, e, &owned, &mut seen));
+    }
+    assert!(seen.trashed.is_empty(), "n1 downloaded there: {:?}", seen.trashed);
+    assert_eq!(h.view(&new.key, "n1").published, Published::Status { status: ModelStatus::Ready, reason: None });
+}
+
+#[test]
+fn a_model_being_deleted_does_not_keep_the_copy() {
+    let mut h = H::new();
+    let m = reuse(&ModelKey::cluster("qwen"), "c1", "/mnt/models/qwen");
+    let mut seen = Seen::default();
+    let e = h.start(true, vec![m.clone()]);
+    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&m));
+    // Deleted, with a finalizer still held: the fresh LISTs show it, being deleted.
+    let going = deleting(m.clone());
+    let e = h.apply(going.clone());
+    run(&mut h, e, &mut seen, &copy_marked(&["c1"]), std::slice::from_ref(&going));
+    let e = h.advance(shared::SWEEP_DELAY_MS);
+    run(&mut h, e, &mut seen, &copy_marked(&["c1"]), std::slice::from_ref(&going));
+    assert_eq!(seen.unlinks, vec![("qwen".to_string(), COPY.to_string())]);
+    assert_eq!(seen.trashed, vec![COPY.to_string()]);
+}
+
+#[test]
+fn a_model_moved_away_from_a_copy_others_use_asks_for_no_snapshot_after_each_one() {
+    let (mut h, mut seen, models) = three_ready();
+    let marked = copy_marked(&["c1", "a1", "b1"]);
+    let moved = gpu_only(models[1].clone());
+    let e = h.apply(moved.clone());
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(moved.clone()) });
+    let e = h.input(Input::NodeRead { id: one_node_get(&e), result: NodeReadResult::Found(node(&[])) });
+    let listed = vec![models[0].clone(), moved, models[2].clone()];
+    run(&mut h, e, &mut seen, &marked, &listed);
+    assert_eq!(seen.unlinks, vec![("a/qwen".to_string(), COPY.to_string())]);
+    // Each snapshot shows the marker naming a1 too; the two others still use the copy.
+    let mut snapshots = 0;
+    for _ in 0..60 {
+        let e = h.advance(1_000);
+        snapshots += e.iter().filter(|e| e.op == Op::Snapshot).count();
+        run(&mut h, e, &mut seen, &marked, &listed);
+    }
+    assert!(snapshots <= 1, "{snapshots} snapshots in a minute");
+    assert!(seen.trashed.is_empty());
+}
+
+#[test]
+fn a_model_back_on_a_node_that_trashed_its_directory_downloads_again() {
+    let mut h = H::new();
+    let m = gpu_only(obj(&ModelKey::cluster("m"), "u1", "hf://org/repo", Some("/mnt/models/m")));
+    let gpu = node(&[("gpu", "h100"), ("zone", "a"), ("os", "linux")]);
+    let cpu = node(&[("zone", "a"), ("os", "linux")]);
+    let mut seen = Seen::default();
+    let e = h.start_on(gpu.clone(), true, vec![m.clone()]);
+    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&m));
+    assert_eq!(seen.downloads.len(), 1);
+    // The node loses its gpu label: both witnesses agree, the directory goes to the trash.
+    let e = h.input(Input::NodeObserved(cpu.clone()));
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(m.clone()) });
+    let e = h.input(Input::NodeRead { id: one_node_get(&e), result: NodeReadResult::Found(cpu) });
+    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&m));
+    assert_eq!(seen.trashed, vec!["m".to_string()]);
+    // Back: its weights are gone, so it is Updating and downloads them again before Ready.
+    let e = h.input(Input::NodeObserved(gpu));
+    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&m));
+    assert_eq!(seen.downloads.len(), 2, "{:?}", seen.downloads);
+}
+
+/// Answer the LISTs among `left` with `m` alone (and what follows, holding downloads and reads).
+fn answer_lists(h: &mut H, left: &mut Vec<Effect>, m: &ModelObject, owned: &[OwnedDir], seen: &mut Seen) {
+    while !lists(left).is_empty() {
+        for (id, kind) in lists(&std::mem::take(left)) {
+            let listed = if kind == m.key.kind { vec![m.clone()] } else { vec![] };
+            let e = h.input(Input::LiveList { id, result: ListResult::Listed(listed) });
+            left.extend(answer_holding_downloads(h, e, owned, seen));
+        }
+    }
+}
+
+#[test]
+fn the_sweep_never_trashes_a_copy_while_a_cancelled_download_into_it_still_runs() {
+    let mut h = H::new();
+    let m = gpu_only(reuse(&ModelKey::cluster("qwen"), "c1", "/mnt/models/qwen"));
+    let cpu = node(&[("zone", "a"), ("os", "linux")]);
+    let mut seen = Seen::default();
+    let e = h.start_on(node(&[("gpu", "h100"), ("zone", "a"), ("os", "linux")]), true, vec![m.clone()]);
+    let marked = copy_marked(&["c1"]);
+    let mut left = answer_holding_downloads(&mut h, e, &marked, &mut seen);
+    let download = downloads(&left);
+    assert_eq!(download.len(), 1);
+    answer_lists(&mut h, &mut left, &m, &marked, &mut seen);
+    // The node loses its gpu label mid-download: withdrawn, the download is cancelled, and the
+    // copy has no user left. The sweep follows, while the download has not stopped yet.
+    let e = h.input(Input::NodeObserved(cpu.clone()));
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(m.clone()) });
+    let e = h.input(Input::NodeRead { id: one_node_get(&e), result: NodeReadResult::Found(cpu) });
+    let mut left = answer_holding_downloads(&mut h, e, &marked, &mut seen);
+    assert!(left.iter().any(|e| matches!(e.op, Op::CancelDownload { .. })));
+    for _ in 0..5 {
+        let e = h.advance(shared::SWEEP_DELAY_MS);
+        left.extend(answer_holding_downloads(&mut h, e, &marked, &mut seen));
+        answer_lists(&mut h, &mut left, &m, &marked, &mut seen);
+    }
+    assert!(seen.trashed.is_empty(), "trashed while the download runs: {:?}", seen.trashed);
+    // Once it stopped, the copy goes.
+    let end = DownloadEnd { marked: true, result: DownloadResult::Cancelled };
+    let e = h.input(Input::EffectDone { id: download[0].1, outcome: Outcome::Downloaded(end) });
+    run(&mut h, e, &mut seen, &marked, std::slice::from_ref(&m));
+    let e = h.advance(shared::SWEEP_DELAY_MS);
+    run(&mut h, e, &mut seen, &marked, std::slice::from_ref(&m));
+    assert_eq!(seen.trashed, vec![COPY.to_string()]);
+}
+
+#[test]
+fn a_model_joining_a_path_being_trashed_downloads_only_once_the_trash_landed() {
+    let mut h = H::new();
+    let a = obj(&ModelKey::cluster("prefill"), "p1", "hf://org/repo", Some("/mnt/models/shared"));
+    let b = obj(&ModelKey::cluster("decode"), "d1", "hf://org/repo", Some("/mnt/models/shared"));
+    let mut seen = Seen::default();
+    let e = h.start(true, vec![a.clone()]);
+    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&a));
+    // `prefill` is deleted: its directory goes to the trash. `decode` arrives meanwhile.
+    let mut pending = delete(&mut h, &a);
+    let mut trash = None;
+    let mut held = Vec::new();
+    let mut joined = false;
+    while !pending.is_empty() || !joined {
+        if pending.is_empty() {
+            joined = true;
+            pending = h.apply(b.clone());
+        }
+        let mut next = Vec::new();
+        for e in std::mem::take(&mut pending) {
+            match &e.op {
+                Op::TrashDir { .. } => trash = Some(e.id),
+                Op::Download { .. } => held.push(e.clone()),
+                Op::Publish { .. } | Op::Unpublish { .. } => {
+                    next.extend(h.input(Input::EffectDone { id: e.id, outcome: Outcome::Done }));
+                }
+                _ => {}
+            }
+        }
+        pending = next;
+    }
+    let trash = trash.expect("prefill's directory is trashed");
+    assert!(held.is_empty(), "a download into a directory being trashed: {held:?}");
+    let e = h.input(Input::EffectDone { id: trash, outcome: Outcome::Done });
+    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&b));
+    assert_eq!(seen.downloads.last().map(|(uid, dest, _)| (uid.as_str(), dest.as_str())), Some(("d1", "shared")));
+}
+
+#[test]
+fn a_copy_whose_marker_names_a_model_another_holds_is_shared_with_it() {
+    // BaseModel clusterbasemodel/x fetched the copy before ClusterBaseModel basemodel.x, which
+    // ranks first for the same keys, came: it writes nothing now, but it owns the copy (the
+    // marker names it). The copy's path names what is in it, so qwen shares it.
+    let mut h = H::new();
+    let owner = obj(&ModelKey::cluster("basemodel.x"), "o1", "vendor://nvidia/nim/x", None);
+    let held = reuse(&ModelKey::namespaced("clusterbasemodel", "x"), "x1", "/mnt/models/x");
+    let q = reuse(&ModelKey::cluster("qwen"), "c1", "/mnt/models/qwen");
+    let models = vec![owner, held, q];
+    let mut seen = Seen::default();
+    let e = h.start(true, models.clone());
+    run(&mut h, e, &mut seen, &copy_marked(&["x1"]), &models);
+    let (uid, dest, co) = seen.downloads.last().expect("qwen downloads").clone();
+    assert_eq!((uid.as_str(), dest.as_str()), ("c1", COPY));
+    assert!(co.contains(&"x1".to_string()), "the marker names x1: {co:?}");
+}

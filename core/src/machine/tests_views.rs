@@ -374,3 +374,45 @@ fn an_older_read_never_brings_back_a_uid_deleted_since() {
     );
     assert!(h.s.incarnation(&key, &Uid::new("u5")).is_none_or(|v| v.life != Life::Observed));
 }
+
+#[test]
+fn a_held_exit_answered_early_by_a_list_waits_out_the_hold_without_reading_the_node_again_and_again() {
+    // 30 models here, 18 by selector pool=a; 8 really deleted trip the breaker.
+    let mut h = H::new();
+    let objs: Vec<ModelObject> = (0..30)
+        .map(|i| {
+            let o = local(&format!("m{i}"), &format!("u{i}"));
+            if i < 18 { pool(o, "a") } else { o }
+        })
+        .collect();
+    let e = h.start_on(in_pool(), false, objs.clone());
+    h.settle(e);
+    let (gone, kept) = objs.split_at(8);
+    let mut e = Vec::new();
+    for o in gone {
+        e.extend(h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(o.clone())));
+    }
+    answer_reads(&mut h, e, kept, &in_pool());
+    // m8 leaves the pool: both witnesses agree, and its withdrawal is held as well.
+    let moved = pool(objs[8].clone(), "b");
+    let mut live = kept.to_vec();
+    live[0] = moved.clone();
+    let e = h.apply(moved.clone());
+    answer_reads(&mut h, e, &live, &in_pool());
+    let held =
+        |h: &H| matches!(h.view(&moved.key, "u8").life, Life::PendingConfirm { read: ReadState::Waiting { .. }, .. });
+    assert!(held(&h), "{:?}", h.view(&moved.key, "u8").life);
+    // A relist served empty: the LIST that answers the storm answers the held exit early. Its
+    // answer, sent during the hold, decides nothing: one Node read at most, not one per answer.
+    let mut e = h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
+    e.extend(h.watch(Kind::ClusterBaseModel, WatchEvent::RelistDone));
+    let all = answer_reads(&mut h, e, &live, &in_pool());
+    assert!(all.iter().any(|e| matches!(e.op, Op::LiveList { .. })));
+    let node_reads = all.iter().filter(|e| e.op == Op::LiveGetNode).count();
+    assert!(node_reads <= 1, "{node_reads} Node reads during the hold");
+    assert!(destructive(&all).is_empty());
+    // After the hold, read again: withdrawn.
+    let e = h.advance(300_000);
+    answer_reads(&mut h, e, &live, &in_pool());
+    assert_eq!(h.view(&moved.key, "u8").life, Life::Withdrawn);
+}
