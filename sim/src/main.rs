@@ -18,7 +18,8 @@ USAGE:
   model-agent-sim list
 
 Scenarios: crd-ssa, apiserver-outage, stale-relist, unsynced-empty, delete-recreate, read-failures,
-real-mass-delete, shutdown-mid-storm, readonly-root, stale-read, node-label-wipe.
+real-mass-delete, shutdown-mid-storm, readonly-root, stale-read, node-label-wipe, label-collision,
+shared-copy.
 
 A scenario exits 1 when the core shows damage or an invariant fails (the upstream model's damage
 is reported, not failed). A swarm exits 1 at the first failing seed and prints the command that

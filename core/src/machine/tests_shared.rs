@@ -640,3 +640,21 @@ fn a_copy_whose_marker_names_a_model_another_holds_is_shared_with_it() {
     assert_eq!((uid.as_str(), dest.as_str()), ("c1", COPY));
     assert!(co.contains(&"x1".to_string()), "the marker names x1: {co:?}");
 }
+
+#[test]
+fn a_name_re_created_with_its_own_download_at_its_path_waits_for_the_old_link_to_go() {
+    // After SIGTERM no link is removed; the new uid must not download into the old one's link.
+    let mut h = H::new();
+    let m = reuse(&ModelKey::cluster("qwen"), "c1", "/mnt/models/qwen");
+    let mut seen = Seen::default();
+    let e = h.start(true, vec![m.clone()]);
+    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&m));
+    assert_eq!(seen.links, vec![("qwen".to_string(), COPY.to_string())]);
+    h.input(Input::Shutdown);
+    let own = obj(&m.key, "c2", "hf://org/repo@main", Some("/mnt/models/qwen"));
+    let e = h.apply(own.clone());
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(own.clone()) });
+    run(&mut h, e, &mut seen, &copy_marked(&["c1"]), std::slice::from_ref(&own));
+    assert!(seen.unlinks.is_empty(), "no removal after SIGTERM");
+    assert!(!seen.downloads.iter().any(|(uid, dest, _)| uid == "c2" && dest == "qwen"), "{:?}", seen.downloads);
+}
