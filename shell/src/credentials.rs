@@ -51,15 +51,58 @@ struct AuthStorage {
     parameters: Option<AuthParameters>,
 }
 
-#[derive(Debug, Default, Deserialize)]
-struct AuthParameters {
-    #[serde(default, rename = "secretKey")]
-    secret_key: Option<String>,
-    #[serde(default)]
-    token: Option<String>,
-    /// Every other parameter (an object store's `endpoint`, `region`, ...).
-    #[serde(flatten)]
-    other: std::collections::BTreeMap<String, serde_json::Value>,
+/// `spec.storage.parameters`: short strings only, so a tenant's megabyte of parameters is parsed
+/// borrowed and never copied.
+type AuthParameters = std::collections::BTreeMap<String, ShortText>;
+
+fn parameter(parameters: &AuthParameters, name: &str) -> Option<String> {
+    parameters.get(name).and_then(|v| v.0.clone()).filter(|v| !v.is_empty())
+}
+
+/// A parameter's value when it is a string of at most `PARAMETER_BYTES_MAX`; anything else
+/// (longer, a number, an object) is consumed without being kept.
+#[derive(Debug, Default)]
+struct ShortText(Option<String>);
+
+const PARAMETER_BYTES_MAX: usize = 4096;
+
+impl<'de> Deserialize<'de> for ShortText {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<ShortText, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = ShortText;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ShortText, E> {
+                Ok(ShortText((v.len() <= PARAMETER_BYTES_MAX).then(|| v.to_string())))
+            }
+            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<ShortText, E> {
+                Ok(ShortText(None))
+            }
+            fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<ShortText, E> {
+                Ok(ShortText(None))
+            }
+            fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<ShortText, E> {
+                Ok(ShortText(None))
+            }
+            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<ShortText, E> {
+                Ok(ShortText(None))
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<ShortText, E> {
+                Ok(ShortText(None))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<ShortText, A::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(ShortText(None))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<ShortText, A::Error> {
+                while map.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+                Ok(ShortText(None))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 /// Where the token comes from, read from the live object (`uid` must still be its uid).
@@ -79,9 +122,9 @@ fn token_source(object: AuthObject, key: &ModelKey, uid: &str, agent_namespace: 
         Kind::BaseModel => key.namespace.to_string(),
         Kind::ClusterBaseModel => agent_namespace.to_string(),
     };
-    let data_key = parameters.secret_key.filter(|k| !k.is_empty()).unwrap_or_else(|| "token".into());
+    let data_key = parameter(&parameters, "secretKey").unwrap_or_else(|| "token".into());
     let secret = storage.key.filter(|k| !k.is_empty()).map(|name| (namespace, name, data_key));
-    Ok(TokenSource { secret, inline: parameters.token.filter(|t| !t.is_empty()) })
+    Ok(TokenSource { secret, inline: parameter(&parameters, "token") })
 }
 
 /// The token for `key` (uid `uid`), or `None` when nothing names one. A Secret that is named
@@ -135,9 +178,7 @@ fn store_source(
     }
     let storage = object.spec.storage.unwrap_or_default();
     let p = storage.parameters.unwrap_or_default();
-    let mut parameters: Parameters =
-        p.other.into_iter().filter_map(|(k, v)| v.as_str().map(|v| (k, v.to_string()))).collect();
-    parameters.extend(p.secret_key.map(|v| ("secretKey".to_string(), v)));
+    let parameters: Parameters = p.into_iter().filter_map(|(k, v)| v.0.map(|v| (k, v))).collect();
     let namespace = match key.kind {
         Kind::BaseModel => key.namespace.to_string(),
         Kind::ClusterBaseModel => agent_namespace.to_string(),
@@ -239,7 +280,10 @@ mod tests {
 
     #[test]
     fn a_store_gets_its_string_parameters_and_its_secret_s_place() {
-        let o = r#"{"metadata":{"uid":"u"},"spec":{"storage":{"key":"s3","parameters":{"endpoint":"http://x","region":"r","secretKey":"sa.json","n":[1]}}}}"#;
+        let long = "x".repeat(PARAMETER_BYTES_MAX + 1);
+        let o = &format!(
+            r#"{{"metadata":{{"uid":"u"}},"spec":{{"storage":{{"key":"s3","parameters":{{"endpoint":"http://x","region":"r","secretKey":"sa.json","n":[1,{{"a":2}}],"blob":"{long}","t":true}}}}}}}}"#
+        );
         let (parameters, secret) = store_source(object(o), &ModelKey::namespaced("team", "m"), "u", "ome").unwrap();
         let got: Vec<(&str, &str)> = parameters.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         assert_eq!(got, vec![("endpoint", "http://x"), ("region", "r"), ("secretKey", "sa.json")]);

@@ -26,7 +26,9 @@ pub struct Downloads {
     runtime: tokio::runtime::Handle,
     options: Arc<Options>,
     /// Object stores' HTTP (the same roots, CA bundle, proxies and timeouts as the Hub's).
-    store_net: Result<crate::store::Net, String>,
+    /// Built at the first object-store download: a node serving only `hf://` or `local://` never
+    /// loads its TLS roots a second time.
+    store_net: Arc<std::sync::OnceLock<Result<crate::store::Net, String>>>,
     /// `INSTANCE_TYPE_MAP` or the built-in map, for TensorRT-LLM models' shape.
     instance_types: Arc<crate::shapes::InstanceTypes>,
     cancels: Arc<Mutex<HashMap<EffectId, watch::Sender<bool>>>>,
@@ -38,7 +40,7 @@ impl Downloads {
         options: Options,
         instance_types: crate::shapes::InstanceTypes,
     ) -> Downloads {
-        let store_net = crate::store::Net::new(&options.network, options.connect_timeout_ms, options.stall_timeout_ms);
+        let store_net = Arc::default();
         let instance_types = Arc::new(instance_types);
         Downloads { runtime, options: Arc::new(options), store_net, instance_types, cancels: Default::default() }
     }
@@ -63,6 +65,11 @@ impl Downloads {
         let (tx, rx) = watch::channel(false);
         self.cancels.lock().expect("cancels lock").insert(id, tx);
         rx
+    }
+
+    fn store_net(&self) -> &Result<crate::store::Net, String> {
+        let o = &self.options;
+        self.store_net.get_or_init(|| crate::store::Net::new(&o.network, o.connect_timeout_ms, o.stall_timeout_ms))
     }
 
     fn forget(&self, id: EffectId) {
@@ -144,7 +151,7 @@ async fn source_of(c: &Ctx, request: &Request) -> Result<(String, String, Option
         }
         uri @ (StorageUri::S3 { .. } | StorageUri::Gcs { .. } | StorageUri::Azure { .. } | StorageUri::Oci { .. }) => {
             let auth = crate::credentials::store_auth(&c.client, key, uid, &c.namespace).await?;
-            let net = c.downloads.store_net.as_ref().map_err(Clone::clone)?;
+            let net = c.downloads.store_net().as_ref().map_err(Clone::clone)?;
             let mut store = crate::store::open(&uri, &auth, net)?;
             if crate::shapes::applies(auth.model_format.as_deref(), auth.metadata_type.as_deref()) {
                 let labels = crate::kubeio::live_node_labels(&c.client, &c.node).await?;

@@ -818,16 +818,36 @@ fn rss_kib(pid: u32) -> (u64, u64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
+/// The largest `RssAnon` (heap and stacks: what the objects cost, without the binary's own
+/// file-backed pages, which grow with the debug binary's size) seen by sampling every 20 ms until
+/// `stop` turns true.
+fn sample_anon_peak_kib(pid: u32, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut peak = 0;
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { break };
+            let anon = status
+                .lines()
+                .find_map(|l| l.strip_prefix("RssAnon:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok());
+            peak = peak.max(anon.unwrap_or(0));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        peak
+    })
+}
+
 /// Test 9: hostile object sizes. 20 BaseModels carrying 1 MiB of `parameters` each and 1,000
 /// ordinary ClusterBaseModels exist before the agent starts, so its first list holds them all.
-/// The agent becomes Ready, never restarts, and its resident memory (peak, from /proc) stays
-/// under 64 MiB.
+/// The agent becomes Ready, never restarts, and its anonymous resident memory (heap and stacks,
+/// sampled every 20 ms) stays under 48 MiB. The peak of all resident memory is printed too; in a
+/// debug build most of it is the binary's own pages.
 #[test]
 #[ignore = "needs a real kube-apiserver: run by scripts/e2e"]
 fn t9_memory_under_huge_objects() {
     const HUGE_OBJECTS: usize = 20;
     const ORDINARY_MODELS: usize = 1_000;
-    const RSS_KIB_MAX: u64 = 64 * 1024;
+    const ANON_KIB_MAX: u64 = 48 * 1024;
     setup();
     let n = "e2e-mem";
     node(n);
@@ -852,15 +872,19 @@ fn t9_memory_under_huge_objects() {
     }
     let agent = Agent::start(n, &root, &[]);
     let pid = agent.child.id();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = sample_anon_peak_kib(pid, stop.clone());
     wait_until("Ready", Duration::from_secs(120), || agent.get("/healthz").0 == 200);
     wait_until("the huge models reported", Duration::from_secs(60), || {
         entries(n).keys().filter(|k| k.starts_with("e2e-mem.basemodel.huge-")).count() == HUGE_OBJECTS
     });
     std::thread::sleep(Duration::from_secs(2));
     let (rss, peak) = rss_kib(pid);
-    eprintln!("t9: resident {rss} KiB, peak {peak} KiB (limit {RSS_KIB_MAX} KiB)");
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let anon_peak = sampler.join().unwrap();
+    eprintln!("t9: resident {rss} KiB, peak {peak} KiB, anonymous peak {anon_peak} KiB (limit {ANON_KIB_MAX} KiB)");
     assert!(alive(pid), "the agent never restarts");
-    assert!(peak < RSS_KIB_MAX, "peak resident memory {peak} KiB");
+    assert!(anon_peak > 0 && anon_peak < ANON_KIB_MAX, "peak anonymous resident memory {anon_peak} KiB");
     assert_eq!(agent.get("/healthz").0, 200);
     agent.stop();
     kubectl(&["delete", "namespace", "e2e-mem", "--wait=false"]);
