@@ -285,24 +285,8 @@ fn dispatch(ctx: &Ctx, Effect { id, op }: Effect) {
         Op::Resolve { key, uid, storage_uri, link } => {
             spawn(ctx, async move |c: Ctx| Some(downloads::resolve(&c, id, &key, &uid, &storage_uri, &link).await))
         }
-        Op::Link { link, copy, .. } => spawn(ctx, async move |c: Ctx| {
-            let root = c.root.clone();
-            let what = format!("linking {link} to {copy}");
-            let result = c.fs.call(&what, fsgate::TRASH_DEADLINE, move || links::make_link(&root, &link, &copy)).await;
-            let outcome = match result.and_then(|r| r) {
-                Ok(links::Linked::Made | links::Linked::AlreadyThere) => Outcome::Done,
-                Ok(links::Linked::Occupied(reason)) => Outcome::Occupied(reason),
-                Err(e) => Outcome::Failed(e),
-            };
-            Some(Input::EffectDone { id, outcome })
-        }),
-        Op::Unlink { link, copy, .. } => spawn(ctx, async move |c: Ctx| {
-            let root = c.root.clone();
-            let what = format!("removing the link {link} to {copy}");
-            let result =
-                c.fs.call(&what, fsgate::TRASH_DEADLINE, move || links::remove_link(&root, &link, &copy)).await;
-            Some(Input::EffectDone { id, outcome: outcome(result.and_then(|r| r).map(|_| ())) })
-        }),
+        Op::Link { link, copy, .. } => spawn(ctx, async move |c: Ctx| Some(make_link(&c, id, link, copy).await)),
+        Op::Unlink { link, copy, .. } => spawn(ctx, async move |c: Ctx| Some(remove_link(&c, id, link, copy).await)),
         Op::FillSpec { key, uid, dir } => {
             spawn(ctx, async move |c: Ctx| Some(fill_spec(&c, id, &key, uid.as_str(), &dir).await))
         }
@@ -324,6 +308,27 @@ fn dispatch(ctx: &Ctx, Effect { id, op }: Effect) {
             spawn(ctx, async move |c: Ctx| snapshot(&c).await.map(|snapshot| Input::DriftObserved { id, snapshot }))
         }
     }
+}
+
+/// `Op::Link`: the model's path a relative symlink to its shared copy, only where nothing is.
+async fn make_link(c: &Ctx, id: EffectId, link: String, copy: String) -> Input {
+    let root = c.root.clone();
+    let what = format!("linking {link} to {copy}");
+    let result = c.fs.call(&what, fsgate::TRASH_DEADLINE, move || links::make_link(&root, &link, &copy)).await;
+    let outcome = match result.and_then(|r| r) {
+        Ok(links::Linked::Made | links::Linked::AlreadyThere) => Outcome::Done,
+        Ok(links::Linked::Occupied(reason)) => Outcome::Occupied(reason),
+        Err(e) => Outcome::Failed(e),
+    };
+    Input::EffectDone { id, outcome }
+}
+
+/// `Op::Unlink`: the symlink removed only while it still points at its copy.
+async fn remove_link(c: &Ctx, id: EffectId, link: String, copy: String) -> Input {
+    let root = c.root.clone();
+    let what = format!("removing the link {link} to {copy}");
+    let result = c.fs.call(&what, fsgate::TRASH_DEADLINE, move || links::remove_link(&root, &link, &copy)).await;
+    Input::EffectDone { id, outcome: outcome(result.and_then(|r| r).map(|_| ())) }
 }
 
 /// The writer takes it in its next batch. Its queue closes only after the loop has stopped; if

@@ -236,54 +236,34 @@ async fn run_parts(
 
 type PartArgs = (Arc<Ctx>, RemoteFile, Arc<Parts>, Arc<FileSlot>, watch::Receiver<bool>);
 
-/// One part from its offset to its end, retried as `Retry` says.
-async fn run_part(args: PartArgs, index: usize) -> Result<RangeAnswer, DownloadError> {
-    if let Source::Store(store) = &args.0.source {
-        let store = store.clone();
-        return run_store_part(args, &store, index).await;
-    }
-    run_hub_part(args, index).await
-}
-
-/// A store's part: the same as the Hub's, with the store's errors.
-async fn run_store_part(
-    (ctx, file, parts, slot, mut stop): PartArgs,
-    store: &crate::store::Store,
-    index: usize,
-) -> Result<RangeAnswer, DownloadError> {
+/// One part from its offset to its end, from the Hub or a store, retried as `Retry` says.
+async fn run_part((ctx, file, parts, slot, mut stop): PartArgs, index: usize) -> Result<RangeAnswer, DownloadError> {
     let mut retry = Retry::new(ctx.opts.request_attempts_max);
     let (done, end) = (&parts.done[index], parts.spans[index].1);
+    let (stall_ms, meter) = (ctx.opts.stall_timeout_ms, &slot.meter);
     loop {
         let before = done.load(Ordering::Relaxed);
-        let stall_ms = ctx.opts.stall_timeout_ms;
-        let fetch = crate::store::fetch_range(store, &file, &parts.file, (done, end), stall_ms, &slot.meter);
+        let fetch = async {
+            match &ctx.source {
+                Source::Hub(hub) => {
+                    hf::fetch_range(hub, &ctx.repo_id, &ctx.commit, &file, &parts.file, (done, end), stall_ms, meter)
+                        .await
+                        .map_err(DownloadError::Hub)
+                }
+                Source::Store(store) => {
+                    crate::store::fetch_range(store, &file, &parts.file, (done, end), stall_ms, meter)
+                        .await
+                        .map_err(DownloadError::Store)
+                }
+            }
+        };
         let error = match until_cancelled(&mut stop, fetch).await? {
             Ok(answer) => return Ok(answer),
             Err(error) => error,
         };
-        let progressed = done.load(Ordering::Relaxed) > before;
-        let wait = retry.next_wait_store(&error, progressed).ok_or(DownloadError::Store(error))?;
-        pause(&mut stop, wait).await?;
-    }
-}
-
-async fn run_hub_part(
-    (ctx, file, parts, slot, mut stop): PartArgs,
-    index: usize,
-) -> Result<RangeAnswer, DownloadError> {
-    let mut retry = Retry::new(ctx.opts.request_attempts_max);
-    let (done, end) = (&parts.done[index], parts.spans[index].1);
-    loop {
-        let before = done.load(Ordering::Relaxed);
-        let stall_ms = ctx.opts.stall_timeout_ms;
-        let range = (done, end);
-        let fetch =
-            hf::fetch_range(ctx.hub(), &ctx.repo_id, &ctx.commit, &file, &parts.file, range, stall_ms, &slot.meter);
-        let error = match until_cancelled(&mut stop, fetch).await? {
-            Ok(answer) => return Ok(answer),
-            Err(error) => error,
+        let Some(wait) = retry.next_wait_download(&error, done.load(Ordering::Relaxed) > before) else {
+            return Err(error);
         };
-        let wait = retry.next_wait(&error, done.load(Ordering::Relaxed) > before).ok_or(DownloadError::Hub(error))?;
         pause(&mut stop, wait).await?;
     }
 }

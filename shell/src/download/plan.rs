@@ -139,7 +139,8 @@ async fn list_store(
         match crate::store::list(store).await {
             Ok(files) => return Ok((listing_digest(&files), files)),
             Err(error) => {
-                let wait = retry.next_wait_store(&error, false).ok_or_else(|| error.clone())?;
+                let error = DownloadError::Store(error);
+                let wait = retry.next_wait_download(&error, false).ok_or_else(|| error.clone())?;
                 let _ = pause(&mut cancel, wait).await;
             }
         }

@@ -30,9 +30,13 @@ impl Retry {
         self.next((retriable(error), error.retry_after_ms()), progressed)
     }
 
-    /// The same for an object store's failure.
-    pub fn next_wait_store(&mut self, error: &crate::store::StoreError, progressed: bool) -> Option<Duration> {
-        self.next((error.retry_now(), error.retry_after_ms()), progressed)
+    /// The same for a transfer's failure, from the Hub or an object store.
+    pub fn next_wait_download(&mut self, error: &DownloadError, progressed: bool) -> Option<Duration> {
+        match error {
+            DownloadError::Hub(error) => self.next_wait(error, progressed),
+            DownloadError::Store(error) => self.next((error.retry_now(), error.retry_after_ms()), progressed),
+            _ => None,
+        }
     }
 
     fn next(&mut self, (retriable, retry_after_ms): (bool, Option<u64>), progressed: bool) -> Option<Duration> {

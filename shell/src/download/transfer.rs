@@ -13,6 +13,7 @@ use super::progress::FileSlot;
 use super::retry::{Retry, cancelled, pause, until_cancelled};
 use super::{DownloadError, Job, Options};
 use crate::hf::{self, HfError, HfSource, RemoteFile};
+use crate::store::StoreError;
 
 /// Where the files come from (one per download: its size does not matter).
 #[allow(clippy::large_enum_variant, reason = "one value per download, never moved in a loop")]
@@ -38,14 +39,6 @@ impl Ctx {
         let partial_dir = dest.open_partial_dir()?;
         let (repo_id, commit, opts) = (job.repo_id.clone(), commit.to_owned(), opts.clone());
         Ok(Ctx { source, repo_id, commit, opts, dest, partial_dir, integrity_failures: Default::default() })
-    }
-
-    /// The Hub, for the Hub's transfer paths; `fetch_one` sends a store's files elsewhere first.
-    pub fn hub(&self) -> &HfSource {
-        match &self.source {
-            Source::Hub(hub) => hub,
-            Source::Store(_) => unreachable!("a store's files never take the Hub's transfer paths"),
-        }
     }
 }
 
@@ -115,17 +108,15 @@ async fn fetch_one(
         }
     }
     if !verified {
-        match &ctx.source {
-            Source::Hub(_) => fetch_single(&ctx, &file, &name, &slot, &mut stop).await?,
-            Source::Store(store) => fetch_from_store(&ctx, store, &file, &name, &slot, &mut stop).await?,
-        }
+        fetch_single(&ctx, &file, &name, &slot, &mut stop).await?;
     }
     ctx.dest.place(&ctx.partial_dir, &name, &file.path)?;
     slot.placed.store(true, Ordering::Relaxed);
     Ok(())
 }
 
-/// One stream from the partial file's kept prefix to the end, retried as `Retry` says.
+/// One stream from the partial file's kept prefix to the end, from the Hub or a store, retried
+/// as `Retry` says.
 async fn fetch_single(
     ctx: &Ctx,
     file: &RemoteFile,
@@ -134,46 +125,30 @@ async fn fetch_single(
     stop: &mut watch::Receiver<bool>,
 ) -> Result<(), DownloadError> {
     let mut retry = Retry::new(ctx.opts.request_attempts_max);
+    let (stall_ms, meter) = (ctx.opts.stall_timeout_ms, &slot.meter);
     loop {
         let partial = disk::open_partial(&ctx.partial_dir, name)?;
-        let before = slot.meter.have_bytes.load(Ordering::Relaxed);
-        let stall_ms = ctx.opts.stall_timeout_ms;
-        let fetch = hf::fetch_file(ctx.hub(), &ctx.repo_id, &ctx.commit, file, partial, stall_ms, &slot.meter);
+        let before = meter.have_bytes.load(Ordering::Relaxed);
+        let fetch = async {
+            match &ctx.source {
+                Source::Hub(hub) => hf::fetch_file(hub, &ctx.repo_id, &ctx.commit, file, partial, stall_ms, meter)
+                    .await
+                    .map_err(DownloadError::Hub),
+                Source::Store(store) => {
+                    crate::store::fetch_file(store, file, partial, stall_ms, meter).await.map_err(DownloadError::Store)
+                }
+            }
+        };
         let error = match until_cancelled(stop, fetch).await? {
             Ok(()) => return Ok(()),
             Err(error) => error,
         };
-        // Bytes that did not verify are gone: that is no progress.
-        let progressed = slot.meter.have_bytes.load(Ordering::Relaxed) > before;
-        let wait = retry.next_wait(&error, progressed).ok_or(DownloadError::Hub(error))?;
-        pause(stop, wait).await?;
-    }
-}
-
-/// One object from a store in one stream, resumed from the partial file's kept prefix, retried as
-/// `Retry` says.
-async fn fetch_from_store(
-    ctx: &Ctx,
-    store: &crate::store::Store,
-    file: &RemoteFile,
-    name: &str,
-    slot: &FileSlot,
-    stop: &mut watch::Receiver<bool>,
-) -> Result<(), DownloadError> {
-    let mut retry = Retry::new(ctx.opts.request_attempts_max);
-    loop {
-        let partial = disk::open_partial(&ctx.partial_dir, name)?;
-        let before = slot.meter.have_bytes.load(Ordering::Relaxed);
-        let fetch = crate::store::fetch_file(store, file, partial, ctx.opts.stall_timeout_ms, &slot.meter);
-        let error = match until_cancelled(stop, fetch).await? {
-            Ok(()) => return Ok(()),
-            Err(error) => error,
-        };
-        if let crate::store::StoreError::Integrity { .. } = error {
+        if matches!(error, DownloadError::Store(StoreError::Integrity { .. })) {
             ctx.integrity_failures.fetch_add(1, Ordering::Relaxed);
         }
-        let progressed = slot.meter.have_bytes.load(Ordering::Relaxed) > before;
-        let wait = retry.next_wait_store(&error, progressed).ok_or(DownloadError::Store(error))?;
+        // Bytes that did not verify are gone: that is no progress.
+        let progressed = meter.have_bytes.load(Ordering::Relaxed) > before;
+        let Some(wait) = retry.next_wait_download(&error, progressed) else { return Err(error) };
         pause(stop, wait).await?;
     }
 }
