@@ -189,6 +189,7 @@ impl Agent {
         }
         for note in &output.notes {
             log_note(note);
+            self.ctx.metrics.note(note);
             if let Note::ModelFailed { key, uid, reason } = note {
                 self.ctx.events.failed(key, uid, reason);
             }

@@ -16,7 +16,6 @@ use model_agent_core::{ModelKey, Uid};
 
 use crate::agent::Ctx;
 use crate::download::{self, DownloadError, Ended, Job, Options, Progress};
-use crate::hf::HfError;
 use crate::store::Store;
 
 /// The download runtime's handle, the engine's options and the cancel switch of every download
@@ -137,7 +136,8 @@ async fn run(c: &Ctx, request: &Request, cancel: watch::Receiver<bool>) -> Ended
         token,
     };
     let (options, outcomes, id) = (c.downloads.options.clone(), c.outcomes.clone(), request.id);
-    let work = c.downloads.runtime.spawn(download_reporting(job, options, (outcomes, id), cancel));
+    let meter = c.metrics.download_meter();
+    let work = c.downloads.runtime.spawn(download_reporting(job, options, (outcomes, id, meter), cancel));
     work.await.unwrap_or_else(|e| failed(format!("the download task ended abnormally: {e}")))
 }
 
@@ -205,14 +205,16 @@ pub async fn resolve(c: &Ctx, id: EffectId, key: &ModelKey, uid: &Uid, storage_u
     }
 }
 
-/// The engine, with its progress reports sent to the core as `Input::DownloadProgress`.
+/// The engine, with its progress reports sent to the core as `Input::DownloadProgress` and
+/// counted by the download's meter.
 async fn download_reporting(
     job: Job,
     options: Arc<Options>,
-    (outcomes, id): (tokio::sync::mpsc::UnboundedSender<Input>, EffectId),
+    (outcomes, id, mut meter): (tokio::sync::mpsc::UnboundedSender<Input>, EffectId, crate::metrics::DownloadMeter),
     cancel: watch::Receiver<bool>,
 ) -> Ended {
     let mut report: Box<dyn FnMut(Progress) + Send> = Box::new(move |p: Progress| {
+        meter.report(&p);
         let _ = outcomes.send(Input::DownloadProgress { id, progress: wire_progress(&p) });
     });
     download::download(job, &options, &mut *report, cancel).await
@@ -254,9 +256,4 @@ fn log_end(request: &Request, end: &Ended) {
         }
         Err(e) => model_log!(warn, key, uid, dest = %dest, reason = %e, "download failed"),
     }
-}
-
-/// Was this end a 429 from the Hub (OME's `model_agent_rate_limit_total`)?
-pub fn rate_limited(end: &Ended) -> bool {
-    matches!(end.result, Err(DownloadError::Hub(HfError::RateLimited { .. })))
 }

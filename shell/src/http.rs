@@ -78,6 +78,15 @@ async fn liveness(State(s): State<Arc<Shared>>, RawQuery(q): RawQuery) -> impl I
     (if ok { StatusCode::OK } else { StatusCode::INTERNAL_SERVER_ERROR }, body)
 }
 
+/// Prometheus text 0.0.4 always, as OME's Go client serves it to a plain Prometheus (no
+/// OpenMetrics negotiation: one format, the one every Prometheus scrapes).
 async fn metrics(State(s): State<Arc<Shared>>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], s.metrics.render())
+    match s.metrics.render() {
+        Ok(text) => (StatusCode::OK, [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text),
+        Err(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            "encoding the metrics failed\n".to_string(),
+        ),
+    }
 }

@@ -1,98 +1,338 @@
-//! Prometheus text exposition of the agent's metrics: OME's names where they apply, and new ones
-//! for this design (phantom deletes suppressed, pending confirmations, live reads by result,
-//! models root writable).
+//! The agent's metrics, kept in `prometheus-client`'s registry and served by `/metrics` as
+//! Prometheus text 0.0.4 (what OME's Go client serves a plain Prometheus): OME's names, labels
+//! and buckets (spec §3.8), and this agent's own (phantom deletes suppressed, pending
+//! confirmations, live reads by result, breaker trips and holds, label collisions, download
+//! speed, shared copies).
+//!
+//! Cardinality: the per-model families are labelled by a model's kind, namespace and name, which
+//! come from user objects; a model has at most one series in each (two results of verification),
+//! and its series go once the agent no longer keeps the model (`retain_models`), so they follow
+//! the number of models kept. `copy` (shared copies) has one value per copy in use, at most one
+//! per model. Every other label has a fixed set of values.
+//!
+//! Cost per update: counters and gauges are atomics; a per-model update looks its series up
+//! under a read lock with a key of two `Arc` clones, and allocates only for a model's first series.
 
-use std::collections::BTreeMap;
-use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+mod core_gauges;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use model_agent_core::ModelKey;
-use model_agent_core::machine::Stats;
+use model_agent_core::machine::Note;
+use prometheus_client::encoding::{EncodeLabelSet, LabelSetEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
 
-/// What the core loop publishes about itself after its steps.
-#[derive(Clone, Debug, Default)]
-pub struct CoreGauges {
-    pub stats: Stats,
-    pub pending_confirmations: usize,
-    pub oldest_pending_seconds: f64,
-    pub models: usize,
-    pub root_writable: Option<bool>,
-    pub ready: bool,
-    /// The shared copies models use on this node (#10).
-    pub shared_copies: Vec<model_agent_core::machine::CopyUse>,
+pub use core_gauges::CoreGauges;
+/// `text/plain; version=0.0.4; charset=utf-8`, as Go's `expfmt.FmtText`.
+pub use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// OME's per-model labels: `model_type` (the kind), `namespace` (`""` for a ClusterBaseModel)
+/// and `name`, in this order.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct ModelLabels(ModelKey);
+
+impl EncodeLabelSet for ModelLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> fmt::Result {
+        let key = &self.0;
+        [("model_type", key.kind.as_str()), ("namespace", &*key.namespace), ("name", &*key.name)].encode(encoder)
+    }
 }
 
-#[derive(Default)]
+/// OME's verification labels: the model's, then `result` (`success` or `failure`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct VerificationLabels {
+    model: ModelLabels,
+    result: &'static str,
+}
+
+impl EncodeLabelSet for VerificationLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> fmt::Result {
+        self.model.encode(encoder)?;
+        [("result", self.result)].encode(encoder)
+    }
+}
+
+const VERIFICATION_RESULTS: [&str; 2] = ["success", "failure"];
+
+/// OME's duration buckets: 0.1·2^k s, k = 0..9 (0.1 to 51.2 s).
+fn duration_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.1, 2.0, 10))
+}
+
+/// OME's rate-limit wait buckets: 1·2^k s, k = 0..9 (1 to 512 s).
+fn rate_limit_wait_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 2.0, 10))
+}
+
+/// OME's series (spec §3.8). Counters are registered without `_total`: the encoder appends it,
+/// so they scrape out as OME's names.
+struct Ome {
+    downloads_success: Family<ModelLabels, Counter>,
+    downloads_failed: Family<ModelLabels, Counter>,
+    verifications: Family<VerificationLabels, Counter>,
+    md5_checksum_failed: Family<ModelLabels, Counter>,
+    rate_limit: Family<ModelLabels, Counter>,
+    download_duration: Family<ModelLabels, Histogram>,
+    verification_duration: Histogram,
+    download_bytes: Family<ModelLabels, Counter>,
+    rate_limit_wait: Family<ModelLabels, Histogram>,
+}
+
+impl Ome {
+    fn new() -> Ome {
+        Ome {
+            downloads_success: Family::default(),
+            downloads_failed: Family::default(),
+            verifications: Family::default(),
+            md5_checksum_failed: Family::default(),
+            rate_limit: Family::default(),
+            download_duration: Family::new_with_constructor(duration_histogram),
+            verification_duration: duration_histogram(),
+            download_bytes: Family::default(),
+            rate_limit_wait: Family::new_with_constructor(rate_limit_wait_histogram),
+        }
+    }
+
+    fn register(&self, r: &mut Registry) {
+        let s = self;
+        r.register("model_agent_downloads_success", "Models made available on this node", s.downloads_success.clone());
+        r.register(
+            "model_agent_downloads_failed",
+            "Models that failed to become available on this node",
+            s.downloads_failed.clone(),
+        );
+        r.register(
+            "model_agent_verifications",
+            "Object store downloads verified (sizes and MD5s), by result",
+            s.verifications.clone(),
+        );
+        r.register(
+            "model_agent_md5_checksum_failed",
+            "Object store files whose MD5 did not match",
+            s.md5_checksum_failed.clone(),
+        );
+        r.register("model_agent_rate_limit", "Downloads the Hub rate-limited (HTTP 429)", s.rate_limit.clone());
+        r.register(
+            "model_agent_download_duration_seconds",
+            "Time taken by successful downloads",
+            s.download_duration.clone(),
+        );
+        r.register(
+            "model_agent_verification_duration_seconds",
+            "Time taken by object store downloads and their verification",
+            s.verification_duration.clone(),
+        );
+        r.register(
+            "model_agent_download_bytes",
+            "Bytes of the models downloaded onto this node (their listed sizes)",
+            s.download_bytes.clone(),
+        );
+        r.register(
+            "model_agent_rate_limit_wait_seconds",
+            "The wait a Hub 429 asked for (its Retry-After; 0 when it gave none and the agent's backoff applies)",
+            s.rate_limit_wait.clone(),
+        );
+    }
+
+    /// Drop every series of `key`.
+    fn remove(&self, key: &ModelKey) {
+        let model = ModelLabels(key.clone());
+        for family in [&self.downloads_success, &self.downloads_failed, &self.md5_checksum_failed, &self.rate_limit] {
+            family.remove(&model);
+        }
+        self.download_bytes.remove(&model);
+        self.download_duration.remove(&model);
+        self.rate_limit_wait.remove(&model);
+        for result in VERIFICATION_RESULTS {
+            self.verifications.remove(&VerificationLabels { model: model.clone(), result });
+        }
+    }
+}
+
+/// This agent's own series, beside the core's (`core_gauges`).
+struct Own {
+    breaker_trips: Family<[(&'static str, &'static str); 1], Counter>,
+    breaker_holds: Counter,
+    label_collisions: Counter,
+    fetched_bytes: Counter,
+    download_speed: Gauge,
+    downloads_in_progress: Gauge,
+}
+
+/// What trips the breaker: many candidates at once, or most of the Node's labels vanishing.
+const BREAKER_CAUSES: [&str; 2] = ["candidates", "node_labels_vanished"];
+
+impl Own {
+    fn new(r: &mut Registry) -> Own {
+        let own = Own {
+            breaker_trips: Family::default(),
+            breaker_holds: Counter::default(),
+            label_collisions: Counter::default(),
+            fetched_bytes: Counter::default(),
+            download_speed: Gauge::default(),
+            downloads_in_progress: Gauge::default(),
+        };
+        // Both causes from the start, at 0, so that `increase()` sees the first trip.
+        for cause in BREAKER_CAUSES {
+            own.breaker_trips.get_or_create_owned(&[("cause", cause)]);
+        }
+        r.register(
+            "model_agent_breaker_trips",
+            "Times the blast-radius breaker started holding destructive decisions, by cause",
+            own.breaker_trips.clone(),
+        );
+        r.register(
+            "model_agent_breaker_holds",
+            "Confirmed withdrawals or cleanups the breaker held for fresher evidence",
+            own.breaker_holds.clone(),
+        );
+        r.register(
+            "model_agent_label_collisions",
+            "Models found sharing another model's label key or ConfigMap key (they write nothing meanwhile)",
+            own.label_collisions.clone(),
+        );
+        r.register(
+            "model_agent_download_fetched_bytes",
+            "Body bytes received from the Hub and object stores, by every download (failed and cancelled ones too)",
+            own.fetched_bytes.clone(),
+        );
+        r.register(
+            "model_agent_download_speed_bytes_per_second",
+            "Bytes per second the downloads in progress receive, summed (each over its last progress period)",
+            own.download_speed.clone(),
+        );
+        r.register(
+            "model_agent_downloads_in_progress",
+            "Downloads transferring now (those waiting for a slot are not counted)",
+            own.downloads_in_progress.clone(),
+        );
+        own
+    }
+}
+
 pub struct Metrics {
-    pub watch_errors: AtomicU64,
-    pub write_errors: AtomicU64,
-    pub effects_executed: AtomicU64,
+    registry: Registry,
+    pub watch_errors: Counter,
+    pub write_errors: Counter,
+    pub effects_executed: Counter,
     /// Filesystem calls to the models root that have not returned (stuck or running): the
     /// filesystem gate's own count.
     pub fs_calls_unreturned: Arc<AtomicUsize>,
-    /// OME's per-model series, labelled model_type (the kind), namespace and name.
-    downloads_success: Mutex<BTreeMap<ModelKey, u64>>,
-    downloads_failed: Mutex<BTreeMap<ModelKey, u64>>,
-    rate_limits: Mutex<BTreeMap<ModelKey, u64>>,
-    download_bytes: Mutex<BTreeMap<ModelKey, u64>>,
-    download_seconds: Mutex<BTreeMap<ModelKey, Histogram>>,
-    /// OME's object-store verification series: per model and result, MD5 failures per model, and
-    /// the durations (no labels).
-    verifications: Mutex<BTreeMap<(ModelKey, &'static str), u64>>,
-    md5_failed: Mutex<BTreeMap<ModelKey, u64>>,
-    verification_seconds: Mutex<Histogram>,
-    pub core: Mutex<CoreGauges>,
+    /// What the core loop publishes about itself after its steps, read at each scrape.
+    pub core: Arc<Mutex<CoreGauges>>,
+    ome: Ome,
+    /// The models that have per-model series, for `retain_models` (a family cannot be listed).
+    /// Its lock is held while a model's series are recorded or removed.
+    models_with_series: Mutex<BTreeSet<ModelKey>>,
+    own: Own,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        let mut registry = Registry::default();
+        let ome = Ome::new();
+        ome.register(&mut registry);
+        let own = Own::new(&mut registry);
+        let (watch_errors, write_errors, effects_executed) = Default::default();
+        registry.register(
+            "model_agent_watch_errors",
+            "Watch errors (the watcher relists by itself)",
+            Counter::clone(&watch_errors),
+        );
+        registry.register(
+            "model_agent_write_errors",
+            "Failed label or ConfigMap write batches",
+            Counter::clone(&write_errors),
+        );
+        registry.register(
+            "model_agent_effects_executed",
+            "Effects (writes, reads, filesystem operations, downloads) the agent started",
+            Counter::clone(&effects_executed),
+        );
+        let core = Arc::new(Mutex::new(CoreGauges::default()));
+        let fs_calls_unreturned = Arc::new(AtomicUsize::new(0));
+        registry.register_collector(Box::new(core_gauges::Collector {
+            core: core.clone(),
+            fs_calls_unreturned: fs_calls_unreturned.clone(),
+        }));
+        Metrics {
+            registry,
+            watch_errors,
+            write_errors,
+            effects_executed,
+            fs_calls_unreturned,
+            core,
+            ome,
+            models_with_series: Mutex::default(),
+            own,
+        }
+    }
 }
 
 impl Metrics {
-    pub fn inc(&self, c: &AtomicU64) {
-        c.fetch_add(1, Ordering::Relaxed);
+    pub fn inc(&self, c: &Counter) {
+        c.inc();
+    }
+
+    /// Record `record` for `key`'s series, with the model listed for `retain_models`.
+    fn per_model(&self, key: &ModelKey, record: impl FnOnce(&ModelLabels)) {
+        let mut models = self.models_with_series.lock().expect("metrics lock");
+        if !models.contains(key) {
+            models.insert(key.clone());
+        }
+        record(&ModelLabels(key.clone()));
     }
 
     /// OME's `model_agent_downloads_{success,failed}_total` (local checks count, as upstream's do).
     pub fn model_outcome(&self, key: &ModelKey, ok: bool) {
-        let map = if ok { &self.downloads_success } else { &self.downloads_failed };
-        *map.lock().expect("metrics lock").entry(key.clone()).or_default() += 1;
+        self.per_model(key, |model| self.outcome(model, ok));
     }
 
-    /// One download ended: OME's success or failure count, its 429s, and for a success its
-    /// duration and the bytes it holds (OME counts the listed sizes).
+    fn outcome(&self, model: &ModelLabels, ok: bool) {
+        let family = if ok { &self.ome.downloads_success } else { &self.ome.downloads_failed };
+        family.get_or_create(model).inc();
+    }
+
+    /// One download ended: OME's success or failure count, its 429s and their wait, and for a
+    /// success its duration and the bytes it holds (OME counts the listed sizes).
     /// `verified`: an object store's download, whose files were checked against the store's
     /// sizes and MD5s (OME's verification metrics; the duration is the whole download's, as
     /// every file is hashed while it streams).
-    pub fn download_ended(
-        &self,
-        key: &ModelKey,
-        end: &crate::download::Ended,
-        took: std::time::Duration,
-        verified: bool,
-    ) {
+    pub fn download_ended(&self, key: &ModelKey, end: &crate::download::Ended, took: Duration, verified: bool) {
         use crate::download::DownloadError;
-        match &end.result {
-            Ok(finished) => {
-                self.model_outcome(key, true);
-                *self.download_bytes.lock().expect("metrics lock").entry(key.clone()).or_default() +=
-                    finished.bytes_total;
-                self.download_seconds
-                    .lock()
-                    .expect("metrics lock")
-                    .entry(key.clone())
-                    .or_default()
-                    .observe(took.as_secs_f64());
+        use crate::hf::HfError;
+        self.per_model(key, |model| {
+            match &end.result {
+                Ok(finished) => {
+                    self.outcome(model, true);
+                    self.ome.download_bytes.get_or_create(model).inc_by(finished.bytes_total);
+                    self.ome.download_duration.get_or_create(model).observe(took.as_secs_f64());
+                }
+                Err(DownloadError::Cancelled) => {}
+                Err(_) => self.outcome(model, false),
             }
-            Err(DownloadError::Cancelled) => {}
-            Err(_) => self.model_outcome(key, false),
-        }
-        if verified {
-            self.store_verified(key, end, took);
-        }
-        if crate::downloads::rate_limited(end) {
-            *self.rate_limits.lock().expect("metrics lock").entry(key.clone()).or_default() += 1;
-        }
+            if let Err(DownloadError::Hub(HfError::RateLimited { retry_after_ms })) = &end.result {
+                self.ome.rate_limit.get_or_create(model).inc();
+                let wait_seconds = retry_after_ms.unwrap_or(0) as f64 / 1000.0;
+                self.ome.rate_limit_wait.get_or_create(model).observe(wait_seconds);
+            }
+            if verified {
+                self.store_verified(model, end, took);
+            }
+        });
     }
 
-    fn store_verified(&self, key: &ModelKey, end: &crate::download::Ended, took: std::time::Duration) {
+    fn store_verified(&self, model: &ModelLabels, end: &crate::download::Ended, took: Duration) {
         use crate::download::DownloadError;
         use crate::store::StoreError;
         let (result, md5_failures) = match &end.result {
@@ -100,406 +340,83 @@ impl Metrics {
             Err(DownloadError::Store(StoreError::Integrity { .. })) => ("failure", 1),
             Err(_) => return,
         };
-        *self.verifications.lock().expect("metrics lock").entry((key.clone(), result)).or_default() += 1;
+        self.ome.verifications.get_or_create(&VerificationLabels { model: model.clone(), result }).inc();
         if md5_failures > 0 {
-            *self.md5_failed.lock().expect("metrics lock").entry(key.clone()).or_default() += md5_failures;
+            self.ome.md5_checksum_failed.get_or_create(model).inc_by(md5_failures);
         }
-        self.verification_seconds.lock().expect("metrics lock").observe(took.as_secs_f64());
+        self.ome.verification_duration.observe(took.as_secs_f64());
     }
 
     /// Drop the per-model series of models the agent no longer keeps (deleted, or never
     /// coming back), so that `/metrics` neither grows without bound nor names gone models.
     pub fn retain_models(&self, keep: impl Fn(&ModelKey) -> bool) {
-        for map in [&self.downloads_success, &self.downloads_failed, &self.rate_limits, &self.download_bytes] {
-            map.lock().expect("metrics lock").retain(|key, _| keep(key));
-        }
-        self.download_seconds.lock().expect("metrics lock").retain(|key, _| keep(key));
-        self.verifications.lock().expect("metrics lock").retain(|(key, _), _| keep(key));
-        self.md5_failed.lock().expect("metrics lock").retain(|key, _| keep(key));
-    }
-
-    pub fn render(&self) -> String {
-        let mut s = String::new();
-        self.render_model_series(&mut s);
-        self.render_durations(&mut s);
-        self.render_verifications(&mut s);
-        render_core(&mut s, &self.core.lock().expect("metrics lock").clone());
-        self.render_shell(&mut s);
-        s
-    }
-
-    /// OME's per-model series.
-    fn render_model_series(&self, s: &mut String) {
-        for (name, help, map) in [
-            ("model_agent_downloads_success_total", "Models made available on this node.", &self.downloads_success),
-            (
-                "model_agent_downloads_failed_total",
-                "Models that failed to become available on this node.",
-                &self.downloads_failed,
-            ),
-            ("model_agent_rate_limit_total", "Downloads the Hub rate-limited (HTTP 429).", &self.rate_limits),
-            (
-                "model_agent_download_bytes_total",
-                "Bytes of the models downloaded onto this node.",
-                &self.download_bytes,
-            ),
-        ] {
-            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter");
-            for (key, v) in map.lock().expect("metrics lock").iter() {
-                let _ = writeln!(
-                    s,
-                    "{name}{{model_type=\"{}\",namespace=\"{}\",name=\"{}\"}} {v}",
-                    esc(key.kind.as_str()),
-                    esc(&key.namespace),
-                    esc(&key.name)
-                );
+        let mut models = self.models_with_series.lock().expect("metrics lock");
+        models.retain(|key| {
+            let kept = keep(key);
+            if !kept {
+                self.ome.remove(key);
             }
+            kept
+        });
+    }
+
+    /// Count what the core noted: breaker trips and holds, label collisions.
+    pub fn note(&self, note: &Note) {
+        let trips = |cause| self.own.breaker_trips.get_or_create_owned(&[("cause", cause)]);
+        let counter = match note {
+            Note::BreakerTripped { .. } => trips(BREAKER_CAUSES[0]),
+            Note::NodeLabelsVanished { .. } => trips(BREAKER_CAUSES[1]),
+            Note::BreakerHeld { .. } => self.own.breaker_holds.clone(),
+            Note::KeyCollision { .. } => self.own.label_collisions.clone(),
+            _ => return,
+        };
+        counter.inc();
+    }
+
+    /// The meter of one download in progress (counted until it is dropped).
+    pub fn download_meter(&self) -> DownloadMeter {
+        self.own.downloads_in_progress.inc();
+        DownloadMeter {
+            fetched_bytes: self.own.fetched_bytes.clone(),
+            speed: self.own.download_speed.clone(),
+            in_progress: self.own.downloads_in_progress.clone(),
+            counted_bytes: 0,
+            bytes_per_sec: 0,
         }
     }
 
-    /// OME's `model_agent_download_duration_seconds`: buckets 0.1·2^k s, k = 0..9.
-    fn render_durations(&self, s: &mut String) {
-        let name = "model_agent_download_duration_seconds";
-        let _ = writeln!(s, "# HELP {name} Time taken by successful downloads.\n# TYPE {name} histogram");
-        for (key, h) in self.download_seconds.lock().expect("metrics lock").iter() {
-            let labels = format!(
-                "model_type=\"{}\",namespace=\"{}\",name=\"{}\"",
-                esc(key.kind.as_str()),
-                esc(&key.namespace),
-                esc(&key.name)
-            );
-            let mut cumulative = 0;
-            for (k, count) in h.buckets.iter().enumerate() {
-                cumulative += count;
-                let _ = writeln!(s, "{name}_bucket{{{labels},le=\"{}\"}} {cumulative}", go_float(bucket_bound(k)));
-            }
-            let _ = writeln!(s, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
-            let _ = writeln!(s, "{name}_sum{{{labels}}} {}\n{name}_count{{{labels}}} {}", h.sum, h.count);
-        }
-    }
-
-    /// OME's `model_agent_verifications_total{result}`, `model_agent_md5_checksum_failed_total`
-    /// and `model_agent_verification_duration_seconds` (no labels, buckets 0.1·2^k s).
-    fn render_verifications(&self, s: &mut String) {
-        let name = "model_agent_verifications_total";
-        let _ = writeln!(s, "# HELP {name} Object store downloads verified, by result.\n# TYPE {name} counter");
-        for ((key, result), v) in self.verifications.lock().expect("metrics lock").iter() {
-            let _ = writeln!(s, "{name}{{{},result=\"{result}\"}} {v}", model_labels(key));
-        }
-        let name = "model_agent_md5_checksum_failed_total";
-        let _ = writeln!(s, "# HELP {name} Object store files whose MD5 did not match.\n# TYPE {name} counter");
-        for (key, v) in self.md5_failed.lock().expect("metrics lock").iter() {
-            let _ = writeln!(s, "{name}{{{}}} {v}", model_labels(key));
-        }
-        let name = "model_agent_verification_duration_seconds";
-        let _ = writeln!(
-            s,
-            "# HELP {name} Time taken by object store downloads and their verification.\n# TYPE {name} histogram"
-        );
-        let h = self.verification_seconds.lock().expect("metrics lock").clone();
-        let mut cumulative = 0;
-        for (k, count) in h.buckets.iter().enumerate() {
-            cumulative += count;
-            let _ = writeln!(s, "{name}_bucket{{le=\"{}\"}} {cumulative}", go_float(bucket_bound(k)));
-        }
-        let _ = writeln!(s, "{name}_bucket{{le=\"+Inf\"}} {}\n{name}_sum {}\n{name}_count {}", h.count, h.sum, h.count);
-    }
-
-    /// What the shell itself counts.
-    fn render_shell(&self, s: &mut String) {
-        counter(
-            s,
-            "model_agent_watch_errors_total",
-            "Watch errors (the watcher relists by itself).",
-            self.watch_errors.load(Ordering::Relaxed),
-        );
-        gauge(
-            s,
-            "model_agent_fs_calls_unreturned",
-            "Filesystem calls to the models root not returned yet (a hung mount keeps them).",
-            self.fs_calls_unreturned.load(Ordering::Relaxed) as f64,
-        );
-        counter(
-            s,
-            "model_agent_write_errors_total",
-            "Failed label or ConfigMap write batches.",
-            self.write_errors.load(Ordering::Relaxed),
-        );
+    /// The exposition (Prometheus text 0.0.4, `CONTENT_TYPE`).
+    pub fn render(&self) -> Result<String, fmt::Error> {
+        let mut text = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut text, &self.registry)?;
+        Ok(text)
     }
 }
 
-const DURATION_BUCKETS: usize = 10;
-
-fn model_labels(key: &ModelKey) -> String {
-    format!(
-        "model_type=\"{}\",namespace=\"{}\",name=\"{}\"",
-        esc(key.kind.as_str()),
-        esc(&key.namespace),
-        esc(&key.name)
-    )
+/// One download's share of the fetched bytes and of the speed, from its progress reports; its
+/// speed and its place in `downloads_in_progress` go when it is dropped.
+pub struct DownloadMeter {
+    fetched_bytes: Counter,
+    speed: Gauge,
+    in_progress: Gauge,
+    counted_bytes: u64,
+    bytes_per_sec: i64,
 }
 
-fn bucket_bound(k: usize) -> f64 {
-    0.1 * (1u64 << k) as f64
-}
-
-/// Prometheus' Go client writes bounds with the shortest exact text (`0.1`, `0.2`, `51.2`).
-fn go_float(v: f64) -> String {
-    let text = format!("{v:.1}");
-    text.strip_suffix(".0").map_or(text.clone(), str::to_string)
-}
-
-#[derive(Clone, Debug, Default)]
-struct Histogram {
-    buckets: [u64; DURATION_BUCKETS],
-    count: u64,
-    sum: f64,
-}
-
-impl Histogram {
-    fn observe(&mut self, seconds: f64) {
-        if let Some(k) = (0..DURATION_BUCKETS).find(|&k| seconds <= bucket_bound(k)) {
-            self.buckets[k] += 1;
-        }
-        self.count += 1;
-        self.sum += seconds;
+impl DownloadMeter {
+    pub fn report(&mut self, progress: &crate::download::Progress) {
+        self.fetched_bytes.inc_by(progress.fetched_bytes.saturating_sub(self.counted_bytes));
+        self.counted_bytes = self.counted_bytes.max(progress.fetched_bytes);
+        // `as` saturates: a rate beyond i64 is no rate.
+        let bytes_per_sec = progress.bytes_per_sec.round() as i64;
+        self.speed.inc_by(bytes_per_sec - self.bytes_per_sec);
+        self.bytes_per_sec = bytes_per_sec;
     }
 }
 
-fn counter(s: &mut String, name: &str, help: &str, v: u64) {
-    let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
-}
-
-fn gauge(s: &mut String, name: &str, help: &str, v: f64) {
-    let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-}
-
-/// Shared copies (`downloadPolicy: ReuseIfExists`): how many, their bytes, the bytes a copy
-/// per model would have taken on top, and each copy's references (labelled by its path under
-/// `_artifacts/`, one series per copy in use).
-fn render_shared(s: &mut String, copies: &[model_agent_core::machine::CopyUse]) {
-    let bytes: u64 = copies.iter().map(|c| c.bytes).sum();
-    let saved: u64 = copies.iter().map(|c| c.bytes.saturating_mul(c.references.saturating_sub(1) as u64)).sum();
-    gauge(
-        s,
-        "model_agent_shared_copies",
-        "Shared copies (one per repository commit) models on this node use.",
-        copies.len() as f64,
-    );
-    gauge(s, "model_agent_shared_copy_bytes", "Bytes of the shared copies on this node.", bytes as f64);
-    gauge(
-        s,
-        "model_agent_shared_bytes_saved",
-        "Bytes a copy per model would take beyond the shared copies (bytes x (references - 1)).",
-        saved as f64,
-    );
-    let name = "model_agent_shared_copy_references";
-    let _ = writeln!(s, "# HELP {name} Models on this node that use each shared copy.\n# TYPE {name} gauge");
-    for c in copies {
-        let copy = c.path.strip_prefix("_artifacts/").unwrap_or(&c.path);
-        let _ = writeln!(s, "{name}{{copy=\"{}\"}} {}", esc(copy), c.references);
-    }
-}
-
-/// Live reads by result and by verb.
-fn render_reads(s: &mut String, st: &model_agent_core::machine::Stats) {
-    let _ = writeln!(
-        s,
-        "# HELP model_agent_live_reads_total Live reads of the API server by result.\n# TYPE model_agent_live_reads_total counter"
-    );
-    for (result, v) in [
-        ("found", st.reads_found),
-        ("not_found", st.reads_not_found),
-        ("failed", st.reads_failed - st.reads_timed_out.min(st.reads_failed)),
-        ("timed_out", st.reads_timed_out),
-    ] {
-        let _ = writeln!(s, "model_agent_live_reads_total{{result=\"{result}\"}} {v}");
-    }
-    let _ = writeln!(
-        s,
-        "# HELP model_agent_live_read_requests_total Live reads sent, by verb.\n# TYPE model_agent_live_read_requests_total counter"
-    );
-    let _ = writeln!(s, "model_agent_live_read_requests_total{{verb=\"get\"}} {}", st.live_gets);
-    let _ = writeln!(s, "model_agent_live_read_requests_total{{verb=\"list\"}} {}", st.live_lists);
-}
-
-/// What the core counts and knows.
-fn render_core(s: &mut String, core: &CoreGauges) {
-    let st = &core.stats;
-    counter(
-        s,
-        "model_agent_phantom_deletes_suppressed_total",
-        "Deletion candidates a live read showed alive (same uid, not deleting).",
-        st.phantom_deletes_suppressed,
-    );
-    counter(
-        s,
-        "model_agent_delete_candidates_total",
-        "Deleted, tombstone, relist-vanished and uid-changed notifications.",
-        st.candidates,
-    );
-    counter(
-        s,
-        "model_agent_deletes_confirmed_total",
-        "Deletions confirmed by NotFound, a new uid or a deletionTimestamp.",
-        st.deletes_confirmed,
-    );
-    counter(s, "model_agent_cleanups_total", "Model incarnations cleaned up on this node.", st.cleanups_done);
-    gauge(
-        s,
-        "model_agent_pending_confirmations",
-        "Deletion candidates waiting for a live read to answer.",
-        core.pending_confirmations as f64,
-    );
-    gauge(
-        s,
-        "model_agent_pending_confirmation_oldest_seconds",
-        "Age of the oldest pending confirmation.",
-        core.oldest_pending_seconds,
-    );
-    render_reads(s, st);
-    let writable = match core.root_writable {
-        Some(true) => 1.0,
-        Some(false) => 0.0,
-        None => f64::NAN,
-    };
-    gauge(s, "model_agent_models_root_writable", "1 when the models root is writable, 0 when read-only.", writable);
-    gauge(
-        s,
-        "model_agent_ready",
-        "1 when the agent is ready (readiness, as /readyz).",
-        if core.ready { 1.0 } else { 0.0 },
-    );
-    gauge(s, "model_agent_models", "Models the agent keeps track of.", core.models as f64);
-    render_shared(s, &core.shared_copies);
-    counter(
-        s,
-        "model_agent_effect_failures_total",
-        "Effects that failed and are retried with backoff.",
-        st.effects_failed,
-    );
-}
-
-fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn per_model_series_go_when_the_model_is_gone() {
-        let m = Metrics::default();
-        let (kept, gone) = (ModelKey::cluster("kept"), ModelKey::cluster("gone"));
-        m.model_outcome(&kept, true);
-        m.model_outcome(&gone, false);
-        let text = m.render();
-        assert!(text.contains(
-            "model_agent_downloads_success_total{model_type=\"ClusterBaseModel\",namespace=\"\",name=\"kept\"} 1"
-        ));
-        assert!(text.contains("name=\"gone\"} 1"));
-        m.retain_models(|k| *k == kept);
-        let text = m.render();
-        assert!(text.contains("name=\"kept\"} 1"));
-        assert!(!text.contains("name=\"gone\""), "{text}");
-        // The family's HELP and TYPE stay, with no series.
-        assert!(text.contains("# TYPE model_agent_downloads_failed_total counter"));
-    }
-
-    #[test]
-    fn a_finished_download_counts_its_bytes_and_its_duration_in_ome_s_buckets() {
-        use crate::download::{DownloadError, Ended, Finished};
-        let m = Metrics::default();
-        let key = ModelKey::namespaced("t", "m");
-        let finished =
-            Finished { commit: "c".into(), files: 2, bytes_total: 1234, bytes_fetched: 1000, ..Finished::default() };
-        m.download_ended(
-            &key,
-            &Ended { marked: true, result: Ok(finished) },
-            std::time::Duration::from_millis(300),
-            false,
-        );
-        let limited = DownloadError::Hub(crate::hf::HfError::RateLimited { retry_after_ms: Some(1000) });
-        m.download_ended(&key, &Ended { marked: true, result: Err(limited) }, std::time::Duration::ZERO, false);
-        m.download_ended(
-            &key,
-            &Ended { marked: true, result: Err(DownloadError::Cancelled) },
-            std::time::Duration::ZERO,
-            false,
-        );
-        let text = m.render();
-        let labels = "model_type=\"BaseModel\",namespace=\"t\",name=\"m\"";
-        for line in [
-            format!("model_agent_downloads_success_total{{{labels}}} 1"),
-            format!("model_agent_downloads_failed_total{{{labels}}} 1"),
-            format!("model_agent_rate_limit_total{{{labels}}} 1"),
-            format!("model_agent_download_bytes_total{{{labels}}} 1234"),
-            format!("model_agent_download_duration_seconds_bucket{{{labels},le=\"0.2\"}} 0"),
-            format!("model_agent_download_duration_seconds_bucket{{{labels},le=\"0.4\"}} 1"),
-            format!("model_agent_download_duration_seconds_bucket{{{labels},le=\"51.2\"}} 1"),
-            format!("model_agent_download_duration_seconds_bucket{{{labels},le=\"+Inf\"}} 1"),
-            format!("model_agent_download_duration_seconds_count{{{labels}}} 1"),
-        ] {
-            assert!(text.lines().any(|l| l == line), "{line} missing from\n{text}");
-        }
-        assert_eq!(text.matches("model_agent_download_duration_seconds_bucket{").count(), 11, "10 bounds and +Inf");
-    }
-
-    #[test]
-    fn a_store_download_counts_ome_s_verification_series() {
-        use crate::download::{DownloadError, Ended, Finished};
-        use crate::store::StoreError;
-        let m = Metrics::default();
-        let key = ModelKey::cluster("m");
-        let ok = Finished { integrity_failures: 2, ..Finished::default() };
-        m.download_ended(&key, &Ended { marked: true, result: Ok(ok) }, std::time::Duration::from_millis(150), true);
-        let bad = StoreError::Integrity { path: "w".into(), expected: "md5 x".into(), got: "y".into() };
-        let bad = Ended { marked: true, result: Err(DownloadError::Store(bad)) };
-        m.download_ended(&key, &bad, std::time::Duration::from_secs(100), true);
-        // A Hub download is no verification in OME's sense.
-        m.download_ended(
-            &ModelKey::cluster("hf"),
-            &Ended { marked: true, result: Ok(Finished::default()) },
-            std::time::Duration::ZERO,
-            false,
-        );
-        let text = m.render();
-        let labels = "model_type=\"ClusterBaseModel\",namespace=\"\",name=\"m\"";
-        for line in [
-            format!("model_agent_verifications_total{{{labels},result=\"success\"}} 1"),
-            format!("model_agent_verifications_total{{{labels},result=\"failure\"}} 1"),
-            format!("model_agent_md5_checksum_failed_total{{{labels}}} 3"),
-            "model_agent_verification_duration_seconds_bucket{le=\"0.2\"} 1".to_string(),
-            "model_agent_verification_duration_seconds_bucket{le=\"+Inf\"} 2".to_string(),
-            "model_agent_verification_duration_seconds_count 2".to_string(),
-        ] {
-            assert!(text.lines().any(|l| l == line), "{line} missing from\n{text}");
-        }
-        assert!(!text.contains("name=\"hf\"} 1\nmodel_agent_md5"), "{text}");
-        assert!(!text.lines().any(|l| l.starts_with("model_agent_verifications_total") && l.contains("\"hf\"")));
-    }
-
-    #[test]
-    fn shared_copies_show_their_count_bytes_savings_and_references() {
-        use model_agent_core::machine::CopyUse;
-        let m = Metrics::default();
-        let copy = |path: &str, references, bytes| CopyUse { path: path.into(), references, bytes };
-        m.core.lock().unwrap().shared_copies = vec![
-            copy("_artifacts/org/a/c1", 3, 1000),
-            copy("_artifacts/org/b/c2", 1, 50),
-            copy("_artifacts/o/x/c3", 2, 0),
-        ];
-        let text = m.render();
-        for line in [
-            "model_agent_shared_copies 3",
-            "model_agent_shared_copy_bytes 1050",
-            "model_agent_shared_bytes_saved 2000",
-            "model_agent_shared_copy_references{copy=\"org/a/c1\"} 3",
-            "model_agent_shared_copy_references{copy=\"org/b/c2\"} 1",
-            "# TYPE model_agent_shared_copy_references gauge",
-        ] {
-            assert!(text.lines().any(|l| l == line), "{line} missing from\n{text}");
-        }
+impl Drop for DownloadMeter {
+    fn drop(&mut self) {
+        self.speed.dec_by(self.bytes_per_sec);
+        self.in_progress.dec();
     }
 }

@@ -127,6 +127,8 @@ pub struct Progress {
     pub completed_files: u64,
     /// Over the time since the previous report.
     pub bytes_per_sec: f64,
+    /// Body bytes received by this call so far (the metrics' fetched bytes).
+    pub fetched_bytes: u64,
 }
 
 /// A complete download.

@@ -86,6 +86,7 @@ impl Reporter {
                 total_files: 0,
                 completed_files: 0,
                 bytes_per_sec: 0.0,
+                fetched_bytes: 0,
             };
         };
         let now = Instant::now();
@@ -101,6 +102,7 @@ impl Reporter {
             total_files: tally.total_files,
             completed_files,
             bytes_per_sec,
+            fetched_bytes: fetched,
         }
     }
 }
