@@ -25,12 +25,13 @@ use std::time::Duration;
 
 use model_agent_core::ModelKey;
 use model_agent_core::machine::Note;
-use prometheus_client::encoding::{EncodeLabelSet, LabelSetEncoder};
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, LabelSetEncoder, MetricEncoder};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 pub use core_gauges::CoreGauges;
 /// `text/plain; version=0.0.4; charset=utf-8`, as Go's `expfmt.FmtText`.
@@ -63,6 +64,36 @@ impl EncodeLabelSet for VerificationLabels {
 }
 
 const VERIFICATION_RESULTS: [&str; 2] = ["success", "failure"];
+
+/// A metric of any type, so that one table registers a struct's metrics.
+#[derive(Debug)]
+struct Boxed(Box<dyn Metric>);
+
+impl EncodeMetric for Boxed {
+    fn encode(&self, encoder: MetricEncoder) -> fmt::Result {
+        self.0.encode(encoder)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        self.0.metric_type()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// A handle on `metric` (metrics are shared handles: the clone counts into the same values).
+fn boxed(metric: &(impl Metric + Clone)) -> Boxed {
+    Boxed(Box::new(metric.clone()))
+}
+
+/// Registers each (name without `_total`, help without its full stop, metric).
+fn register_all<const N: usize>(registry: &mut Registry, table: [(&str, &str, Boxed); N]) {
+    for (name, help, metric) in table {
+        registry.register(name, help, metric);
+    }
+}
 
 /// OME's duration buckets: 0.1·2^k s, k = 0..9 (0.1 to 51.2 s).
 fn duration_histogram() -> Histogram {
@@ -105,42 +136,47 @@ impl Ome {
 
     fn register(&self, r: &mut Registry) {
         let s = self;
-        r.register("model_agent_downloads_success", "Models made available on this node", s.downloads_success.clone());
-        r.register(
-            "model_agent_downloads_failed",
-            "Models that failed to become available on this node",
-            s.downloads_failed.clone(),
-        );
-        r.register(
-            "model_agent_verifications",
-            "Object store downloads verified (sizes and MD5s), by result",
-            s.verifications.clone(),
-        );
-        r.register(
-            "model_agent_md5_checksum_failed",
-            "Object store files whose MD5 did not match",
-            s.md5_checksum_failed.clone(),
-        );
-        r.register("model_agent_rate_limit", "Downloads the Hub rate-limited (HTTP 429)", s.rate_limit.clone());
-        r.register(
-            "model_agent_download_duration_seconds",
-            "Time taken by successful downloads",
-            s.download_duration.clone(),
-        );
-        r.register(
-            "model_agent_verification_duration_seconds",
-            "Time taken by object store downloads and their verification",
-            s.verification_duration.clone(),
-        );
-        r.register(
-            "model_agent_download_bytes",
-            "Bytes of the models downloaded onto this node (their listed sizes)",
-            s.download_bytes.clone(),
-        );
-        r.register(
-            "model_agent_rate_limit_wait_seconds",
-            "The wait a Hub 429 asked for (its Retry-After; 0 when it gave none and the agent's backoff applies)",
-            s.rate_limit_wait.clone(),
+        register_all(
+            r,
+            [
+                ("model_agent_downloads_success", "Models made available on this node", boxed(&s.downloads_success)),
+                (
+                    "model_agent_downloads_failed",
+                    "Models that failed to become available on this node",
+                    boxed(&s.downloads_failed),
+                ),
+                (
+                    "model_agent_verifications",
+                    "Object store downloads verified (sizes and MD5s), by result",
+                    boxed(&s.verifications),
+                ),
+                (
+                    "model_agent_md5_checksum_failed",
+                    "Object store files whose MD5 did not match",
+                    boxed(&s.md5_checksum_failed),
+                ),
+                ("model_agent_rate_limit", "Downloads the Hub rate-limited (HTTP 429)", boxed(&s.rate_limit)),
+                (
+                    "model_agent_download_duration_seconds",
+                    "Time taken by successful downloads",
+                    boxed(&s.download_duration),
+                ),
+                (
+                    "model_agent_verification_duration_seconds",
+                    "Time taken by object store downloads and their verification",
+                    boxed(&s.verification_duration),
+                ),
+                (
+                    "model_agent_download_bytes",
+                    "Bytes of the models downloaded onto this node (their listed sizes)",
+                    boxed(&s.download_bytes),
+                ),
+                (
+                    "model_agent_rate_limit_wait_seconds",
+                    "The wait a Hub 429 asked for (its Retry-After; 0 when it gave none and the agent's backoff applies)",
+                    boxed(&s.rate_limit_wait),
+                ),
+            ],
         );
     }
 
@@ -186,35 +222,41 @@ impl Own {
         for cause in BREAKER_CAUSES {
             own.breaker_trips.get_or_create_owned(&[("cause", cause)]);
         }
-        r.register(
-            "model_agent_breaker_trips",
-            "Times the blast-radius breaker started holding destructive decisions, by cause",
-            own.breaker_trips.clone(),
-        );
-        r.register(
-            "model_agent_breaker_holds",
-            "Confirmed withdrawals or cleanups the breaker held for fresher evidence",
-            own.breaker_holds.clone(),
-        );
-        r.register(
-            "model_agent_label_collisions",
-            "Models found sharing another model's label key or ConfigMap key (they write nothing meanwhile)",
-            own.label_collisions.clone(),
-        );
-        r.register(
-            "model_agent_download_fetched_bytes",
-            "Body bytes received from the Hub and object stores, by every download (failed and cancelled ones too)",
-            own.fetched_bytes.clone(),
-        );
-        r.register(
-            "model_agent_download_speed_bytes_per_second",
-            "Bytes per second the downloads in progress receive, summed (each over its last progress period)",
-            own.download_speed.clone(),
-        );
-        r.register(
-            "model_agent_downloads_in_progress",
-            "Downloads transferring now (those waiting for a slot are not counted)",
-            own.downloads_in_progress.clone(),
+        let o = &own;
+        register_all(
+            r,
+            [
+                (
+                    "model_agent_breaker_trips",
+                    "Times the blast-radius breaker started holding destructive decisions, by cause",
+                    boxed(&o.breaker_trips),
+                ),
+                (
+                    "model_agent_breaker_holds",
+                    "Confirmed withdrawals or cleanups the breaker held for fresher evidence",
+                    boxed(&o.breaker_holds),
+                ),
+                (
+                    "model_agent_label_collisions",
+                    "Models found sharing another model's label key or ConfigMap key (they write nothing meanwhile)",
+                    boxed(&o.label_collisions),
+                ),
+                (
+                    "model_agent_download_fetched_bytes",
+                    "Body bytes received from the Hub and object stores, by every download (failed and cancelled ones too)",
+                    boxed(&o.fetched_bytes),
+                ),
+                (
+                    "model_agent_download_speed_bytes_per_second",
+                    "Bytes per second the downloads in progress receive, summed (each over its last progress period)",
+                    boxed(&o.download_speed),
+                ),
+                (
+                    "model_agent_downloads_in_progress",
+                    "Downloads transferring now (those waiting for a slot are not counted)",
+                    boxed(&o.downloads_in_progress),
+                ),
+            ],
         );
         own
     }
@@ -244,21 +286,16 @@ impl Default for Metrics {
         ome.register(&mut registry);
         let own = Own::new(&mut registry);
         let (watch_errors, write_errors, effects_executed) = Default::default();
-        registry.register(
-            "model_agent_watch_errors",
-            "Watch errors (the watcher relists by itself)",
-            Counter::clone(&watch_errors),
-        );
-        registry.register(
-            "model_agent_write_errors",
-            "Failed label or ConfigMap write batches",
-            Counter::clone(&write_errors),
-        );
-        registry.register(
-            "model_agent_effects_executed",
-            "Effects (writes, reads, filesystem operations, downloads) the agent started",
-            Counter::clone(&effects_executed),
-        );
+        let shell: [(&str, &str, &Counter); 3] = [
+            ("model_agent_watch_errors", "Watch errors (the watcher relists by itself)", &watch_errors),
+            ("model_agent_write_errors", "Failed label or ConfigMap write batches", &write_errors),
+            (
+                "model_agent_effects_executed",
+                "Effects (writes, reads, filesystem operations, downloads) the agent started",
+                &effects_executed,
+            ),
+        ];
+        register_all(&mut registry, shell.map(|(name, help, counter)| (name, help, boxed(counter))));
         let core = Arc::new(Mutex::new(CoreGauges::default()));
         let fs_calls_unreturned = Arc::new(AtomicUsize::new(0));
         registry.register_collector(Box::new(core_gauges::Collector {
