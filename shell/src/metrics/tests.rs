@@ -363,3 +363,71 @@ async fn the_parser_reads_every_line_of_a_scrape() {
     assert!(text.ends_with('\n') && !text.contains("# EOF"), "Prometheus text 0.0.4, not OpenMetrics");
     assert!(has_line(&text, "model_agent_models_root_writable NaN"), "{text}");
 }
+
+fn bench_env(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// Every per-model series for each of `keys`: a Hub download that ended after a 429, and an
+/// object store download verified.
+#[inline(never)]
+fn bench_populate(m: &Metrics, keys: &[ModelKey]) {
+    for key in keys {
+        m.download_ended(
+            key,
+            &ended(Ok(Finished { bytes_total: 1 << 30, ..Finished::default() })),
+            Duration::from_secs(9),
+            true,
+        );
+        m.download_ended(key, &rate_limited(Some(30_000)), Duration::ZERO, false);
+        m.download_ended(key, &md5_mismatch(), Duration::from_secs(1), true);
+    }
+}
+
+/// Per-model updates of models that have their series: the hot path's cost.
+#[inline(never)]
+fn bench_updates(m: &Metrics, keys: &[ModelKey], rounds: usize) {
+    for _ in 0..rounds {
+        for key in keys {
+            m.model_outcome(key, true);
+        }
+    }
+}
+
+#[inline(never)]
+fn bench_counters(m: &Metrics, count: usize) {
+    for _ in 0..count {
+        m.inc(&m.watch_errors);
+    }
+}
+
+#[inline(never)]
+fn bench_scrape(m: &Metrics) -> usize {
+    m.render().expect("the metrics encode").len()
+}
+
+/// The loop's pruning every 500 ms with every model kept.
+#[inline(never)]
+fn bench_retain(m: &Metrics, rounds: usize) {
+    for _ in 0..rounds {
+        m.retain_models(|_| true);
+    }
+}
+
+/// The workload `scripts/bench-metrics` measures under valgrind, each part in a function of its
+/// own: BENCH_MODELS models (1,000) with every per-model series, BENCH_ROUNDS (10) rounds of
+/// updates, counter increments and pruning, and one scrape (unless BENCH_SCRAPE=0).
+#[test]
+#[ignore = "a workload for scripts/bench-metrics (valgrind), not a check"]
+fn bench_workload() {
+    let (models, rounds) = (bench_env("BENCH_MODELS", 1000), bench_env("BENCH_ROUNDS", 10));
+    let keys: Vec<ModelKey> = (0..models).map(|i| ModelKey::namespaced("bench", &format!("model-{i:05}"))).collect();
+    let m = Metrics::default();
+    bench_populate(&m, &keys);
+    bench_updates(&m, &keys, rounds);
+    bench_counters(&m, models * rounds);
+    bench_retain(&m, rounds);
+    if bench_env("BENCH_SCRAPE", 1) == 1 {
+        println!("scrape_bytes {}", bench_scrape(&m));
+    }
+}
