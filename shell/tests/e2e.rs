@@ -800,6 +800,8 @@ fn t8_colliding_label_keys() {
     let (label_removals, _) = recorder.finish();
     assert!(!label_removals.contains(&label), "{label_removals:?}");
     assert_eq!(entries(n)[victim_entry.as_str()]["uid"], victim_uid.as_str());
+    // The BaseModel lost the key to the ClusterBaseModel, then again once re-created; the attacker too.
+    assert!(agent.metric("model_agent_label_collisions_total") >= 2.0);
     agent.stop();
     kubectl(&["-n", "clusterbasemodel", "delete", "basemodel", "x", "--wait=false"]);
     kubectl(&["-n", victim_ns, "delete", "basemodel", victim_name, "--wait=false"]);

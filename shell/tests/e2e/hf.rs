@@ -131,12 +131,39 @@ fn t14_hf_download_reports_progress_then_ready_and_a_delete_trashes_it() {
             "model_agent_download_bytes_total{model_type=\"ClusterBaseModel\",namespace=\"\",name=\"e2e-hf-m\"}"
         ) >= repo_bytes(&hub, REPO) as f64
     );
+    // Every byte came over the wire; the download is over, so it adds no speed.
+    assert!(agent.metric("model_agent_download_fetched_bytes_total") >= repo_bytes(&hub, REPO) as f64);
+    assert_eq!(agent.metric("model_agent_downloads_in_progress"), 0.0);
+    assert_eq!(agent.metric("model_agent_download_speed_bytes_per_second"), 0.0);
+    assert_scrape_has_the_download(&agent, name);
     kubectl(&["delete", "clusterbasemodel", name]);
     wait_until("label removed", Duration::from_secs(30), || !labels(n).contains_key(&label_key(name)));
     wait_until("the directory moved to the trash", Duration::from_secs(30), || {
         !dest.exists() && trash_entries(&root) == 1
     });
     agent.stop();
+}
+
+/// The running agent's `/metrics`, read by `prometheus-parse`: the download's duration in OME's
+/// buckets under OME's labels, and its success counted.
+fn assert_scrape_has_the_download(agent: &super::Agent, name: &str) {
+    use prometheus_parse::{Scrape, Value};
+    let (code, body) = agent.get("/metrics");
+    assert_eq!(code, 200);
+    let scrape = Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).expect("/metrics parses");
+    let of_model = |metric: &str| {
+        scrape.samples.iter().find(|s| {
+            s.metric == metric
+                && s.labels.get("name") == Some(name)
+                && s.labels.get("model_type") == Some("ClusterBaseModel")
+        })
+    };
+    let duration = of_model("model_agent_download_duration_seconds").expect("the download's duration");
+    let Value::Histogram(buckets) = &duration.value else { panic!("{duration:?}") };
+    let bounds: Vec<f64> = buckets.iter().map(|b| b.less_than).collect();
+    assert_eq!(bounds, [0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 51.2, f64::INFINITY]);
+    let success = of_model("model_agent_downloads_success_total").expect("the success counted");
+    assert_eq!(success.value, Value::Counter(1.0));
 }
 
 #[test]
