@@ -511,10 +511,11 @@ fn tick_step_ms(span_ms: u64) -> u64 {
     TICK_STEPS_MS.iter().find(fits).copied().unwrap_or_else(|| span_ms.div_ceil(TICKS_MAX * last).max(1) * last)
 }
 
+/// `ms` in seconds, with as many decimals as it needs (at most 3).
 fn seconds_label(ms: u64) -> String {
     match ms % 1000 {
         0 => format!("{} s", ms / 1000),
-        _ => format!("{:.1} s", ms as f64 / 1000.0),
+        frac => format!("{}.{} s", ms / 1000, format!("{frac:03}").trim_end_matches('0')),
     }
 }
 
