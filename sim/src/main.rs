@@ -13,7 +13,7 @@ USAGE:
                                 [--json] [--svg FILE]
   model-agent-sim swarm --seeds K [--seed FIRST] [--nodes N] [--models M] [--json] [--dump-traces DIR]
                         [--keep-going]
-  model-agent-sim replay FILE [--check]
+  model-agent-sim replay FILE [--check] [--svg FILE]
   model-agent-sim bench [--nodes N] [--models M]   (crd-ssa wall time and events/s, both agents)
   model-agent-sim list
 
@@ -23,7 +23,11 @@ shared-copy.
 
 A scenario exits 1 when the core shows damage or an invariant fails (the upstream model's damage
 is reported, not failed). A swarm exits 1 at the first failing seed and prints the command that
-replays it (with --keep-going it runs every seed and lists the failing ones). `replay --check` exits 1 when the core's effects differ from the recorded ones.";
+replays it (with --keep-going it runs every seed and lists the failing ones). `replay --check` exits 1 when the core's effects differ from the recorded ones.
+
+--svg FILE draws a timeline on one axis in seconds: for a scenario, one band per agent (one row
+per node, damage to live models as marks); for `replay`, the trace's node and one row per model
+(its state over time, its reads, label writes and removals).";
 
 struct Args(Vec<String>);
 
@@ -113,24 +117,20 @@ fn cmd_scenario(mut args: Args) -> Result<bool, String> {
         other => return Err(format!("--agent must be core, upstream or both, not {other:?}")),
     };
     let mut reports = Vec::new();
+    let mut timelines = Vec::new();
     for agent in agents {
         let opts = Options { agent, ..base.clone() };
         let started = std::time::Instant::now();
         let (mut report, world) = scenario::run(&name, &opts)?;
         report.extra.insert("wall_ms".into(), (started.elapsed().as_millis() as u64).into());
-        if let (Some(path), Some(marks)) = (&svg, &world.marks) {
-            let path = if reports.is_empty() { path.clone() } else { path.replace(".svg", "-upstream.svg") };
-            let title = format!(
-                "{name}: {} agent, {} nodes, {} models, seed {}",
-                agent.as_str(),
-                opts.nodes,
-                opts.models,
-                opts.seed
-            );
-            std::fs::write(&path, model_agent_sim::svg::render(&title, marks, opts.nodes, world.now))
-                .map_err(|e| format!("{path}: {e}"))?;
-        }
+        timelines.push((world.marks.unwrap_or_default(), world.now));
         reports.push(report);
+    }
+    if let Some(path) = &svg {
+        let runs: Vec<_> =
+            reports.iter().zip(&timelines).map(|(r, (marks, now))| (r, marks.as_slice(), *now)).collect();
+        let picture = model_agent_sim::svg::render(&model_agent_sim::svg::scenario_timeline(&runs));
+        std::fs::write(path, picture).map_err(|e| format!("{path}: {e}"))?;
     }
     if json {
         for r in &reports {
@@ -259,6 +259,7 @@ fn cmd_bench(mut args: Args) -> Result<bool, String> {
 
 fn cmd_replay(mut args: Args) -> Result<bool, String> {
     let check = args.flag("--check");
+    let svg = args.value("--svg")?;
     if args.0.is_empty() {
         return Err("replay needs a FILE".into());
     }
@@ -266,6 +267,14 @@ fn cmd_replay(mut args: Args) -> Result<bool, String> {
     args.done()?;
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
     let trace = model_agent_core::trace::parse(&text).map_err(|e| format!("{path}: {e}"))?;
+    if let Some(out) = &svg {
+        let timeline = model_agent_sim::svg::trace::timeline(&trace, &path);
+        std::fs::write(out, model_agent_sim::svg::render(&timeline)).map_err(|e| format!("{out}: {e}"))?;
+        if !check {
+            // The picture is what was asked for: the trace is drawn as recorded, not re-run.
+            return Ok(true);
+        }
+    }
     let (effects, divergence) = model_agent_core::trace::replay(&trace);
     for (i, (step, effects)) in trace.steps.iter().zip(&effects).enumerate() {
         println!("{}", serde_json::json!({"step": i, "now": step.now, "effects": effects}));

@@ -189,8 +189,16 @@ pub enum MarkKind {
     /// A destructive effect that was right.
     Cleanup,
     /// A destructive effect against a live object.
-    Damage,
+    Damage(Removed),
     Relist,
+}
+
+/// What a damaging effect removed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Removed {
+    Label,
+    Entry,
+    Dir,
 }
 
 enum Ev {
@@ -755,7 +763,7 @@ impl World {
             match self.user_of(node, path, &marker) {
                 Some(user) => {
                     self.counters.dir_removals_live += 1;
-                    self.mark(node, MarkKind::Damage);
+                    self.mark(node, MarkKind::Damage(Removed::Dir));
                     let key = self.api.key_of(user.as_str());
                     self.violation_on(
                         node,
@@ -942,7 +950,7 @@ impl World {
         if let Some(obj) = live {
             let (key, uid) = (obj.key.clone(), obj.uid.clone());
             self.counters.label_removals_live += 1;
-            self.mark(node, MarkKind::Damage);
+            self.mark(node, MarkKind::Damage(Removed::Label));
             self.violation_on(node, Some(&key), format!("label {label_key} of live {key} (uid {uid}) removed"));
         } else {
             self.mark(node, MarkKind::Cleanup);
@@ -953,7 +961,7 @@ impl World {
         self.counters.entry_removals += 1;
         if self.damages(uid, node).is_some() {
             self.counters.entry_removals_live += 1;
-            self.mark(node, MarkKind::Damage);
+            self.mark(node, MarkKind::Damage(Removed::Entry));
             let key = self.api.key_of(uid);
             self.violation_on(node, key.as_ref(), format!("entry {cm_key} of live uid {uid} removed"));
         }
