@@ -5,7 +5,7 @@
 //! | `s3://bucket/prefix` | `endpoint`, `region` | `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN` | the AWS chain: env, web identity, instance metadata |
 //! | `gs://bucket/prefix` | `endpoint`, `anonymous: "true"` | a service-account JSON (`parameters.secretKey`, else the only key, else one ending in `.json`) | `GOOGLE_APPLICATION_CREDENTIALS`, VM metadata |
 //! | `az://account/container/prefix` | `endpoint` | `AZURE_STORAGE_KEY` (or `accountKey`), `AZURE_STORAGE_SAS_TOKEN` (or `sasToken`) | `AZURE_STORAGE_KEY` in the agent's env |
-//! | `oci://n/ns/b/bucket/o/prefix` | `auth` (OME's: `UserPrincipal`; `InstancePrincipal`, the default, is not supported yet), `region`, `endpoint` | `tenancy`, `user`, `fingerprint`, `privateKey` (PEM), optional `passphrase` (also `OCI_TENANCY`, `OCI_USER`, `OCI_FINGERPRINT`, `OCI_PRIVATE_KEY`) | — |
+//! | `oci://n/ns/b/bucket/o/prefix` | `auth` (OME's: `InstancePrincipal`, the default, or `UserPrincipal`; `ResourcePrincipal` and `OkeWorkloadIdentity` are refused), `region`, `endpoint` | `tenancy`, `user`, `fingerprint`, `privateKey` (PEM), optional `passphrase` (also `OCI_TENANCY`, `OCI_USER`, `OCI_FINGERPRINT`, `OCI_PRIVATE_KEY`) | — |
 
 use std::collections::BTreeMap;
 
@@ -82,10 +82,11 @@ pub fn open(uri: &StorageUri, auth: &StoreAuth, net: &Net) -> Result<Store, Stri
     Ok(Store { backend: super::Backend::OpenDal(op), prefix: prefix.clone(), label, shape_filter: None })
 }
 
-/// OCI's client for `namespace`: OME's `auth` parameter (only `UserPrincipal` works for now) with
-/// the API key from the Secret.
+/// OCI's client for `namespace`: OME's `auth` parameter, `UserPrincipal` with the API key from the
+/// Secret or `InstancePrincipal` (the default) with the instance's identity (its metadata and
+/// federation endpoints movable by `OCI_METADATA_BASE_URL` and `OCI_SDK_AUTH_CLIENT_REGION_URL`).
 fn oci(namespace: &str, auth: &StoreAuth, net: &Net) -> Result<crate::oci::OciClient, String> {
-    use crate::oci::{OciAuth, OciClient, OciConfig, UserPrincipal};
+    use crate::oci::{InstanceEndpoints, OciAuth, OciClient, OciConfig, UserPrincipal};
     let kind = OciAuth::kind_from_parameter(auth.param("auth")).map_err(|e| e.to_string())?;
     let principal = match kind {
         "UserPrincipal" => {
@@ -100,7 +101,7 @@ fn oci(namespace: &str, auth: &StoreAuth, net: &Net) -> Result<crate::oci::OciCl
                 passphrase: auth.secret_value(&["passphrase", "OCI_PASSPHRASE"]).map(str::to_string),
             })
         }
-        _ => OciAuth::InstancePrincipal,
+        _ => OciAuth::InstancePrincipal(InstanceEndpoints::from_env(&|name| std::env::var(name).ok())),
     };
     let config = OciConfig {
         endpoint: auth.param("endpoint").map(str::to_string),

@@ -406,7 +406,8 @@ fn t29_a_tensorrt_llm_model_fetches_only_its_node_s_shape() {
 /// itself checked against OCI's Python SDK by `scripts/fakeoci-check`): a 429 first, one object's
 /// bytes wrong once (MD5 mismatch, fetched again), one cut short once (resumed), a multipart object
 /// with `opc-meta-md5` and one without; Ready with every file's bytes. Another key is Failed with
-/// OCI's NotAuthenticated. A delete trashes the directory.
+/// OCI's NotAuthenticated. A model without `auth` (InstancePrincipal) is Ready through the fake's
+/// metadata and federation services. A delete trashes the directory.
 #[test]
 #[ignore = "needs a real kube-apiserver: run by scripts/e2e"]
 fn t30_oci_from_the_fake_object_storage_with_an_api_key() {
@@ -428,13 +429,11 @@ fn t30_oci_from_the_fake_object_storage_with_an_api_key() {
     let n = "e2e-store-oci";
     node(n);
     let root = scratch("e2e-store-oci-root");
-    let agent = Agent::launch(
-        Command::new(env!("CARGO_BIN_EXE_model-agent")),
-        &var("AGENT_KUBECONFIG"),
-        n,
-        &root,
-        &["--multipart-threshold", "2097152"],
-    );
+    // The fake's metadata and federation services stand in for the instance's (InstancePrincipal).
+    let mut command = Command::new(env!("CARGO_BIN_EXE_model-agent"));
+    command.env("OCI_METADATA_BASE_URL", oci.metadata_base_url());
+    command.env("OCI_SDK_AUTH_CLIENT_REGION_URL", oci.federation_base_url());
+    let agent = Agent::launch(command, &var("AGENT_KUBECONFIG"), n, &root, &["--multipart-threshold", "2097152"]);
     let uri = format!("oci://n/{}/b/models/o/llama", oci.namespace());
     let (ok, other, dest) = ("e2e-store-oci-ok", "e2e-store-oci-other", root.join("llama"));
     apply(&model(ok, n, &uri, &dest, &oci_extra("e2e-oci", oci.endpoint())));
@@ -459,7 +458,17 @@ fn t30_oci_from_the_fake_object_storage_with_an_api_key() {
     assert!(w1 < (6 << 20) + (200 << 10), "w1's cut part resumed, not fetched again: {w1} bytes");
     wait_until("another key Failed", Duration::from_secs(60), || status(n, other) == "Failed");
     assert!(reason(n, other).contains("NotAuthenticated"), "{}", reason(n, other));
-    kubectl(&["delete", "clusterbasemodel", ok, other]);
-    wait_until("the directory trashed", Duration::from_secs(30), || !dest.exists() && trash_entries(&root) == 1);
+    // No `auth`: OME's default, InstancePrincipal, with the fake instance's identity and no Secret.
+    let (instance, instance_dest) = ("e2e-store-oci-instance", root.join("instance"));
+    let endpoint = format!(", parameters: {{region: us-ashburn-1, endpoint: \"{}\"}}", oci.endpoint());
+    apply(&model(instance, n, &uri, &instance_dest, &endpoint));
+    wait_until("the InstancePrincipal model Ready", Duration::from_secs(90), || status(n, instance) == "Ready");
+    let expected = oci.object("models", "llama/w1.bin").unwrap().content.to_vec().unwrap();
+    assert!(std::fs::read(instance_dest.join("w1.bin")).unwrap() == expected, "w1.bin: other bytes");
+    assert!(oci.tokens_issued() >= 1, "a session token from the fake federation");
+    kubectl(&["delete", "clusterbasemodel", ok, other, instance]);
+    wait_until("the directories trashed", Duration::from_secs(30), || {
+        !dest.exists() && !instance_dest.exists() && trash_entries(&root) == 2
+    });
     agent.stop();
 }
