@@ -16,7 +16,7 @@ use opendal_http_transport_reqwest::ReqwestTransport;
 
 use model_agent_core::storage_uri::StorageUri;
 
-use super::Store;
+use super::{Checks, Store};
 
 /// What the model says about reaching its store: its `spec.storage.parameters` (strings only)
 /// and the data of the Secret `spec.storage.key` names (empty without one). Never logged.
@@ -65,21 +65,37 @@ pub fn open(uri: &StorageUri, auth: &StoreAuth, net: &Net) -> Result<Store, Stri
         let client = oci(namespace, auth, net)?;
         let backend = super::Backend::Oci { client: Box::new(client), bucket: bucket.clone() };
         let label = format!("oci://n/{namespace}/b/{bucket}/o/{prefix}");
-        return Ok(Store { backend, prefix: prefix.clone(), label, shape_filter: None });
+        return Ok(Store { backend, prefix: prefix.clone(), label, shape_filter: None, checks: Checks::None });
     }
     let http = net.http.clone();
-    let (op, prefix, label) = match uri {
-        StorageUri::S3 { bucket, prefix } => (s3(bucket, auth)?, prefix, format!("s3://{bucket}/{prefix}")),
-        StorageUri::Gcs { bucket, prefix } => (gcs(bucket, auth)?, prefix, format!("gs://{bucket}/{prefix}")),
+    let reqwest = || ReqwestTransport::new(http.clone());
+    let (op, prefix, label, checks) = match uri {
+        StorageUri::S3 { bucket, prefix } => {
+            let (op, chain, region) = s3(bucket, auth)?;
+            let op = with_transport(op, opendal::HttpTransporter::new(reqwest()));
+            let heads = super::s3_checksum::Heads::new(op.clone(), chain, &region, http.clone());
+            (op, prefix, format!("s3://{bucket}/{prefix}"), Checks::S3(Box::new(heads)))
+        }
+        StorageUri::Gcs { bucket, prefix } => {
+            let seen = std::sync::Arc::new(super::gcs_crc32c::Crc32cSeen::default());
+            let tap = super::gcs_crc32c::ListingTap { inner: reqwest(), seen: seen.clone() };
+            let op = with_transport(gcs(bucket, auth)?, opendal::HttpTransporter::new(tap));
+            (op, prefix, format!("gs://{bucket}/{prefix}"), Checks::Gcs(seen))
+        }
         StorageUri::Azure { account, container, prefix } => {
-            (azure(account, container, auth)?, prefix, format!("az://{account}/{container}/{prefix}"))
+            let op = with_transport(azure(account, container, auth)?, opendal::HttpTransporter::new(reqwest()));
+            (op, prefix, format!("az://{account}/{container}/{prefix}"), Checks::None)
         }
         other => return Err(format!("{other:?} is not an object store this agent reads with OpenDAL")),
     };
-    let transport = opendal::HttpTransporter::new(ReqwestTransport::new(http));
-    let context = op.base_context().with_http_transport(transport);
-    let op = op.with_context(context);
-    Ok(Store { backend: super::Backend::OpenDal(op), prefix: prefix.clone(), label, shape_filter: None })
+    let backend = super::Backend::OpenDal(op);
+    Ok(Store { backend, prefix: prefix.clone(), label, shape_filter: None, checks })
+}
+
+/// `op` with its HTTP through `transporter`.
+fn with_transport(op: Operator, transporter: opendal::HttpTransporter) -> Operator {
+    let context = op.base_context().with_http_transport(transporter);
+    op.with_context(context)
 }
 
 /// OCI's client for `namespace`: OME's `auth` parameter, `UserPrincipal` with the API key from the
@@ -116,30 +132,37 @@ fn built(result: opendal::Result<Operator>, label: &str) -> Result<Operator, Str
     result.map_err(|e| format!("{label}: {}", super::short(&e.to_string())))
 }
 
-fn s3(bucket: &str, auth: &StoreAuth) -> Result<Operator, String> {
+/// The S3 operator, its credential chain (shared with the checksum HEADs) and its region.
+fn s3(bucket: &str, auth: &StoreAuth) -> Result<(Operator, super::s3_checksum::Chain, String), String> {
     let mut b = S3::default().root("/").bucket(bucket);
     if let Some(endpoint) = auth.param("endpoint") {
         b = b.endpoint(endpoint);
     }
-    // A custom endpoint (MinIO, Ceph, a test server) rarely has a region of its own.
-    match auth.param("region") {
-        Some(region) => b = b.region(region),
-        None if auth.param("endpoint").is_some() => b = b.region("us-east-1"),
-        None => {}
+    // A custom endpoint (MinIO, Ceph, a test server) rarely has a region of its own; else OpenDAL's
+    // order: the parameter, then AWS_REGION, AWS_DEFAULT_REGION.
+    let env = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
+    let region = match (auth.param("region"), auth.param("endpoint")) {
+        (Some(region), _) => Some(region.to_string()),
+        (None, Some(_)) => Some("us-east-1".to_string()),
+        (None, None) => env("AWS_REGION").or_else(|| env("AWS_DEFAULT_REGION")),
+    };
+    if let Some(region) = &region {
+        b = b.region(region);
     }
     let id = auth.secret_value(&["AWS_ACCESS_KEY_ID", "accessKeyId"]);
     let key = auth.secret_value(&["AWS_SECRET_ACCESS_KEY", "secretAccessKey"]);
-    match (id, key) {
+    let chain = match (id, key) {
         (Some(id), Some(key)) => {
-            b = b.access_key_id(id).secret_access_key(key).disable_config_load().disable_ec2_metadata();
-            if let Some(token) = auth.secret_value(&["AWS_SESSION_TOKEN", "sessionToken"]) {
-                b = b.session_token(token);
-            }
+            b = b.disable_config_load().disable_ec2_metadata();
+            let token = auth.secret_value(&["AWS_SESSION_TOKEN", "sessionToken"]);
+            super::s3_checksum::chain(Some((id, key, token)))
         }
-        (None, None) if auth.secret_name.is_none() => {}
+        (None, None) if auth.secret_name.is_none() => super::s3_checksum::chain(None),
         _ => return Err(secret_missing(auth, "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")),
-    }
-    built(Operator::new(b), &format!("s3://{bucket}"))
+    };
+    b = b.credential_provider_chain(reqsign_core::ProvideCredentialChain::new().push(chain.clone()));
+    let op = built(Operator::new(b), &format!("s3://{bucket}"))?;
+    Ok((op, chain, region.unwrap_or_default()))
 }
 
 fn gcs(bucket: &str, auth: &StoreAuth) -> Result<Operator, String> {

@@ -7,7 +7,9 @@
 
 mod config;
 mod fetch;
+mod gcs_crc32c;
 mod listing;
+mod s3_checksum;
 #[cfg(test)]
 mod tests;
 
@@ -35,6 +37,17 @@ pub struct Store {
     /// A TensorRT-LLM serving model (`shapes::applies`): keep only this node's shape, the alias
     /// (`None`: the Node has no instance-type label).
     pub shape_filter: Option<Option<String>>,
+    /// Where the hashes OpenDAL's listing lacks come from.
+    checks: Checks,
+}
+
+/// The integrity sources beside OpenDAL's listing: S3's signed checksum HEADs, GCS's `crc32c` of the
+/// objects without `md5Hash` (tapped from the listing pages).
+#[derive(Clone, Debug)]
+enum Checks {
+    None,
+    S3(Box<s3_checksum::Heads>),
+    Gcs(std::sync::Arc<gcs_crc32c::Crc32cSeen>),
 }
 
 impl fmt::Debug for Store {

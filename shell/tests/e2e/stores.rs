@@ -472,3 +472,48 @@ fn t30_oci_from_the_fake_object_storage_with_an_api_key() {
     });
     agent.stop();
 }
+
+/// s3s-fs's own record of an object (`scripts/object-stores` notes where it is): its ETag and checksums.
+fn s3s_record(bucket: &str, key: &str) -> PathBuf {
+    use base64::Engine as _;
+    let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+    let root = PathBuf::from(var("OBJECT_STORES_STATE")).join("s3");
+    root.join(format!(".bucket-{}.object-{}.internal.json", b64(bucket), b64(key)))
+}
+
+/// S3's whole-object `x-amz-checksum-sha256` (sent by `scripts/object-stores put`, answered by s3s-fs
+/// to the agent's signed HEAD with `x-amz-checksum-mode: ENABLED`) is what the agent checks: a model
+/// is Ready; once the recorded checksum of one object is changed (its bytes and ETag untouched, so
+/// an MD5 check would pass), another model of it is Failed with a sha256 mismatch, counted among
+/// OME's verification failures.
+#[test]
+#[ignore = "needs a real kube-apiserver and the object stores: run by scripts/e2e"]
+fn t31_s3_objects_are_checked_by_their_sha256_checksum() {
+    super::setup();
+    let n = "e2e-store-s3-sha256";
+    node(n);
+    let (root, fixtures) = (scratch(&format!("{n}-root")), scratch(&format!("{n}-fixture")));
+    let files = fixture(&fixtures);
+    let reach = Reach::of("s3");
+    reach.upload("sha/v1", &fixtures);
+    let command = Command::new(env!("CARGO_BIN_EXE_model-agent"));
+    let agent = Agent::launch(command, &var("AGENT_KUBECONFIG"), n, &root, &["--multipart-threshold", "2097152"]);
+    let (ok, bad) = (format!("{n}-ok"), format!("{n}-bad"));
+    apply(&model(&ok, n, &reach.uri("sha/v1"), &root.join("ok"), &reach.extra(&reach.upstream)));
+    wait_until("the model Ready", Duration::from_secs(90), || status(n, &ok) == "Ready");
+    assert_same_files(&files, &root.join("ok"));
+    let record_path = s3s_record(BUCKET, "sha/v1/tokenizer/vocab.txt");
+    let mut record: serde_json::Value = serde_json::from_slice(&std::fs::read(&record_path).unwrap()).unwrap();
+    // sha256 of "other bytes", where s3s-fs keeps the one it checked at the upload.
+    record["checksum_sha256"] = "o+rV7trV34IxjFFoXbwcFHo20f+FhPyC3msI0L9jp5U=".into();
+    std::fs::write(&record_path, record.to_string()).unwrap();
+    apply(&model(&bad, n, &reach.uri("sha/v1"), &root.join("bad"), &reach.extra(&reach.upstream)));
+    wait_until("the tampered model Failed", Duration::from_secs(120), || status(n, &bad) == "Failed");
+    let why = reason(n, &bad);
+    assert!(why.contains("tokenizer/vocab.txt") && why.contains("sha256 a3ead5ee"), "{why}");
+    let labels = format!("model_type=\"ClusterBaseModel\",namespace=\"\",name=\"{bad}\"");
+    assert_eq!(agent.metric(&format!("model_agent_verifications_total{{{labels},result=\"failure\"}}")), 1.0);
+    assert!(agent.metric(&format!("model_agent_md5_checksum_failed_total{{{labels}}}")) >= 1.0, "the sha256 counter");
+    kubectl(&["delete", "clusterbasemodel", &ok, &bad]);
+    agent.stop();
+}
