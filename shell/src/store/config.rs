@@ -3,7 +3,7 @@
 //! | scheme | parameters | Secret keys (`spec.storage.key`) | otherwise |
 //! |---|---|---|---|
 //! | `s3://bucket/prefix` | `endpoint`, `region` | `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN` | the AWS chain: env, web identity, instance metadata |
-//! | `gs://bucket/prefix` | `endpoint`, `anonymous: "true"` | a service-account JSON (`parameters.secretKey`, else the only key, else one ending in `.json`) | `GOOGLE_APPLICATION_CREDENTIALS`, VM metadata |
+//! | `gs://bucket/prefix` | `endpoint`, `anonymous: "true"` | a service-account JSON (`parameters.secretKey`, else the only key, else one ending in `.json`; its `token_uri` honoured) | `GOOGLE_APPLICATION_CREDENTIALS`, VM metadata |
 //! | `az://account/container/prefix` | `endpoint` | `AZURE_STORAGE_KEY` (or `accountKey`), `AZURE_STORAGE_SAS_TOKEN` (or `sasToken`) | `AZURE_STORAGE_KEY` in the agent's env |
 //! | `oci://n/ns/b/bucket/o/prefix` | `auth` (OME's: `InstancePrincipal`, the default, or `UserPrincipal`; `ResourcePrincipal` and `OkeWorkloadIdentity` are refused), `region`, `endpoint` | `tenancy`, `user`, `fingerprint`, `privateKey` (PEM), optional `passphrase` (also `OCI_TENANCY`, `OCI_USER`, `OCI_FINGERPRINT`, `OCI_PRIVATE_KEY`) | — |
 
@@ -77,9 +77,10 @@ pub fn open(uri: &StorageUri, auth: &StoreAuth, net: &Net) -> Result<Store, Stri
             (op, prefix, format!("s3://{bucket}/{prefix}"), Checks::S3(Box::new(heads)))
         }
         StorageUri::Gcs { bucket, prefix } => {
-            let seen = std::sync::Arc::new(super::gcs_crc32c::Crc32cSeen::default());
-            let tap = super::gcs_crc32c::ListingTap { inner: reqwest(), seen: seen.clone() };
-            let op = with_transport(gcs(bucket, auth)?, opendal::HttpTransporter::new(tap));
+            let (op, token_uri) = gcs(bucket, auth)?;
+            let seen = std::sync::Arc::new(super::gcs_transport::Crc32cSeen::default());
+            let transport = super::gcs_transport::GcsTransport { inner: reqwest(), seen: seen.clone(), token_uri };
+            let op = with_transport(op, opendal::HttpTransporter::new(transport));
             (op, prefix, format!("gs://{bucket}/{prefix}"), Checks::Gcs(seen))
         }
         StorageUri::Azure { account, container, prefix } => {
@@ -165,18 +166,22 @@ fn s3(bucket: &str, auth: &StoreAuth) -> Result<(Operator, super::s3_checksum::C
     Ok((op, chain, region.unwrap_or_default()))
 }
 
-fn gcs(bucket: &str, auth: &StoreAuth) -> Result<Operator, String> {
+/// The GCS operator, and the service account's `token_uri` when it is not Google's (see `gcs_transport`).
+fn gcs(bucket: &str, auth: &StoreAuth) -> Result<(Operator, Option<http::Uri>), String> {
     let mut b = Gcs::default().root("/").bucket(bucket);
     if let Some(endpoint) = auth.param("endpoint") {
         b = b.endpoint(endpoint);
     }
+    let mut token_uri = None;
     if auth.secret_name.is_some() {
         let json = service_account_json(auth)?;
+        let secret = auth.secret_name.as_deref().unwrap_or_default();
+        token_uri = super::gcs_transport::token_uri_of(json).map_err(|e| format!("Secret {secret}: {e}"))?;
         b = b.credential(&base64::engine::general_purpose::STANDARD.encode(json)).disable_vm_metadata();
     } else if auth.param("anonymous") == Some("true") {
         b = b.skip_signature().disable_vm_metadata().disable_config_load();
     }
-    built(Operator::new(b), &format!("gs://{bucket}"))
+    Ok((built(Operator::new(b), &format!("gs://{bucket}"))?, token_uri))
 }
 
 /// The service-account JSON in the Secret: `parameters.secretKey`, else its only key, else the

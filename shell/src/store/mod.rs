@@ -7,7 +7,7 @@
 
 mod config;
 mod fetch;
-mod gcs_crc32c;
+mod gcs_transport;
 mod listing;
 mod s3_checksum;
 #[cfg(test)]
@@ -47,7 +47,7 @@ pub struct Store {
 enum Checks {
     None,
     S3(Box<s3_checksum::Heads>),
-    Gcs(std::sync::Arc<gcs_crc32c::Crc32cSeen>),
+    Gcs(std::sync::Arc<gcs_transport::Crc32cSeen>),
 }
 
 impl fmt::Debug for Store {
@@ -139,8 +139,12 @@ impl StoreError {
     fn from_opendal(what: &str, e: &opendal::Error) -> StoreError {
         use opendal::ErrorKind;
         let (what, reason) = (what.to_string(), e.to_string());
+        // A credential the signer could not turn into a signature (a token endpoint's refusal) is
+        // the credentials' fault, unless OpenDAL marks it temporary.
+        let signing = reason.contains("called: reqsign::Sign") && !e.is_temporary();
         match e.kind() {
             ErrorKind::PermissionDenied => StoreError::Denied { what, reason },
+            ErrorKind::Unexpected if signing => StoreError::Denied { what, reason },
             ErrorKind::NotFound => StoreError::NotFound { what },
             ErrorKind::RateLimited => StoreError::RateLimited { what, retry_after_ms: None },
             _ if e.is_temporary() => StoreError::Temporary { what, reason },

@@ -102,3 +102,15 @@ fn oci_auth_defaults_to_instance_principal_and_refuses_the_other_principals_clea
     let user = open(&oci, &auth(&[("auth", "UserPrincipal")], Some(&[("tenancy", "t")])), client()).unwrap_err();
     assert!(user.contains("lacks user"), "{user}");
 }
+
+#[test]
+fn a_refused_token_exchange_is_denied_and_a_temporary_one_is_not() {
+    let refused = opendal::Error::new(opendal::ErrorKind::Unexpected, "signing http request")
+        .with_context("called", "reqsign::Sign");
+    let denied = StoreError::from_opendal("listing gs://b/p", &refused);
+    assert!(matches!(denied, StoreError::Denied { .. }) && denied.retry_slowly(), "{denied:?}");
+    let flaky = opendal::Error::new(opendal::ErrorKind::Unexpected, "signing http request")
+        .with_context("called", "reqsign::Sign")
+        .set_temporary();
+    assert!(StoreError::from_opendal("listing gs://b/p", &flaky).retry_now());
+}

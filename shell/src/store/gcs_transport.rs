@@ -1,8 +1,13 @@
-//! GCS's `crc32c` for the objects that have no `md5Hash` (composite objects: `compose`, parallel
-//! composite uploads). OpenDAL's listing reads GCS's JSON but passes on only `md5Hash`, so the `gs://`
-//! HTTP transport taps the listing pages on their way to OpenDAL (a page is at most 1,000 items; the
-//! body is handed on unchanged) and keeps, by object name, the `crc32c` of each object without
-//! `md5Hash`. No extra request.
+//! The `gs://` HTTP transport, around the stores' reqwest one, does two things OpenDAL does not:
+//! - GCS's `crc32c` for the objects that have no `md5Hash` (composite objects: `compose`, parallel
+//!   composite uploads). OpenDAL's listing reads GCS's JSON but passes on only `md5Hash`, so the
+//!   listing pages are tapped on their way to OpenDAL (a page is at most 1,000 items; the body is
+//!   handed on unchanged), keeping, by object name, the `crc32c` of each object without `md5Hash`.
+//! - A service account's `token_uri`. OpenDAL's signer (reqsign) always posts the signed JWT to
+//!   `https://oauth2.googleapis.com/token` and ignores the JSON's `token_uri`; Google's own libraries
+//!   use `token_uri`. So a token request to Google's endpoint goes to the `token_uri` instead when the
+//!   JSON names another (https, or http on a loopback address for tests). The JWT's `aud` stays
+//!   Google's endpoint, as reqsign writes it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -54,10 +59,39 @@ fn crc32c_hex(base64: &str) -> Option<String> {
     (bytes.len() == 4).then(|| bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// `inner`, with GCS listing pages (`GET …/storage/v1/b/{bucket}/o?…`) read into `seen` on the way.
-pub struct ListingTap<T> {
+/// Where reqsign sends a service account's signed JWT.
+const GOOGLE_TOKEN_URI: &str = "https://oauth2.googleapis.com/token";
+
+/// `inner`, with GCS listing pages (`GET …/storage/v1/b/{bucket}/o?…`) read into `seen` on the way,
+/// and Google's token requests sent to `token_uri` when it is set.
+pub struct GcsTransport<T> {
     pub inner: T,
     pub seen: Arc<Crc32cSeen>,
+    pub token_uri: Option<http::Uri>,
+}
+
+/// A service account JSON's `token_uri` when it is not Google's endpoint: `Ok(None)` for Google's
+/// (or none); `Err` for a URI the signed JWT must not go to (plain http off loopback, not a URL).
+pub fn token_uri_of(service_account_json: &str) -> Result<Option<http::Uri>, String> {
+    #[derive(Deserialize)]
+    struct Account {
+        token_uri: Option<String>,
+    }
+    let Ok(Account { token_uri: Some(text) }) = serde_json::from_str::<Account>(service_account_json) else {
+        return Ok(None);
+    };
+    if text.trim() == GOOGLE_TOKEN_URI {
+        return Ok(None);
+    }
+    let bad = |why: &str| format!("the service account's token_uri {text:?} {why}");
+    let uri: http::Uri = text.trim().parse().map_err(|_| bad("is not a URL"))?;
+    let host = uri.host().unwrap_or_default().trim_matches(['[', ']']);
+    let loopback = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    match uri.scheme_str() {
+        Some("https") => Ok(Some(uri)),
+        Some("http") if loopback => Ok(Some(uri)),
+        _ => Err(bad("must be https (http only on a loopback address)")),
+    }
 }
 
 fn is_listing(request: &http::Request<Buffer>) -> bool {
@@ -65,9 +99,16 @@ fn is_listing(request: &http::Request<Buffer>) -> bool {
     request.method() == http::Method::GET && path.contains("/storage/v1/b/") && path.ends_with("/o")
 }
 
-impl<T: HttpTransport> HttpTransport for ListingTap<T> {
-    async fn fetch(&self, request: http::Request<Buffer>) -> opendal::Result<http::Response<HttpBody>> {
+impl<T: HttpTransport> HttpTransport for GcsTransport<T> {
+    async fn fetch(&self, mut request: http::Request<Buffer>) -> opendal::Result<http::Response<HttpBody>> {
         let listing = is_listing(&request);
+        if let Some(token_uri) = &self.token_uri
+            && request.method() == http::Method::POST
+            && request.uri() == GOOGLE_TOKEN_URI
+        {
+            *request.uri_mut() = token_uri.clone();
+            request.headers_mut().remove(http::header::HOST);
+        }
         let response = self.inner.fetch(request).await?;
         if !listing || !response.status().is_success() {
             return Ok(response);
@@ -98,11 +139,12 @@ impl<T: HttpTransport> HttpTransport for ListingTap<T> {
 mod tests {
     use super::*;
 
-    /// Answers every request with `body`.
-    struct Canned(&'static str);
+    /// Answers every request with `body`, and keeps the URI it was sent to.
+    struct Canned(&'static str, Arc<Mutex<Vec<String>>>);
 
     impl HttpTransport for Canned {
-        async fn fetch(&self, _: http::Request<Buffer>) -> opendal::Result<http::Response<HttpBody>> {
+        async fn fetch(&self, request: http::Request<Buffer>) -> opendal::Result<http::Response<HttpBody>> {
+            self.1.lock().unwrap().push(request.uri().to_string());
             let body = Buffer::from(self.0.as_bytes().to_vec());
             let len = body.len() as u64;
             Ok(http::Response::new(HttpBody::new(futures::stream::iter([Ok(body)]), Some(len))))
@@ -116,11 +158,31 @@ mod tests {
 
     async fn through(uri: &str) -> (Arc<Crc32cSeen>, String) {
         let seen = Arc::new(Crc32cSeen::default());
-        let tap = ListingTap { inner: Canned(PAGE), seen: seen.clone() };
+        let tap = GcsTransport { inner: Canned(PAGE, Default::default()), seen: seen.clone(), token_uri: None };
         let request = http::Request::get(uri).body(Buffer::new()).unwrap();
         let mut body = tap.fetch(request).await.unwrap().into_body();
         let text = String::from_utf8(body.to_buffer().await.unwrap().to_vec()).unwrap();
         (seen, text)
+    }
+
+    #[tokio::test]
+    async fn token_requests_go_to_the_service_account_s_token_uri() {
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let token_uri = token_uri_of(r#"{"token_uri": "http://127.0.0.1:9/token"}"#).unwrap();
+        let inner = Canned("{}", sent.clone());
+        let transport = GcsTransport { inner, seen: Default::default(), token_uri };
+        for (method, uri) in [("POST", GOOGLE_TOKEN_URI), ("GET", "https://storage.googleapis.com/storage/v1/b/m/o")] {
+            let request = http::Request::builder().method(method).uri(uri).body(Buffer::new()).unwrap();
+            transport.fetch(request).await.unwrap();
+        }
+        assert_eq!(
+            *sent.lock().unwrap(),
+            ["http://127.0.0.1:9/token", "https://storage.googleapis.com/storage/v1/b/m/o"]
+        );
+        assert_eq!(token_uri_of(&format!(r#"{{"token_uri": "{GOOGLE_TOKEN_URI}"}}"#)).unwrap(), None);
+        assert_eq!(token_uri_of(r#"{"type": "service_account"}"#).unwrap(), None);
+        assert!(token_uri_of(r#"{"token_uri": "https://oauth2.p.googleapis.com/token"}"#).unwrap().is_some());
+        assert!(token_uri_of(r#"{"token_uri": "http://tokens.example/token"}"#).unwrap_err().contains("https"));
     }
 
     #[tokio::test]
