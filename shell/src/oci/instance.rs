@@ -206,7 +206,7 @@ impl InstancePrincipal {
         match parts.status {
             StatusCode::OK => String::from_utf8(bytes).map_err(|_| failure(format!("{what}: not text"))),
             status if status.is_server_error() => Err(error::classify_status(status, &parts.headers, &bytes, &what)),
-            status => Err(failure(format!("{what}: {status}"))),
+            status => Err(failure(format!("{what}: {status} (is the node an OCI instance?)"))),
         }
     }
 
