@@ -1,4 +1,4 @@
-//! The hashes the tree API gives per file, computed while streaming.
+//! The hashes the Hub's tree API and the object stores give per file, computed while streaming.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -19,6 +19,9 @@ pub enum FileHash {
     GitBlobSha1(String),
     /// Object stores: the object's MD5 (`Content-MD5`, a plain ETag, `md5Hash`, `opc-meta-md5`).
     Md5(String),
+    /// GCS objects without `md5Hash` (composite objects): their `crc32c` (Castagnoli), 8 hex
+    /// digits, big-endian as GCS encodes it. (S3's `x-amz-checksum-sha256` is a `Sha256`.)
+    Crc32c(String),
     /// An object store object without a usable MD5 (a multipart ETag): checked by size only.
     SizeOnly,
 }
@@ -26,7 +29,7 @@ pub enum FileHash {
 impl FileHash {
     pub fn expected_hex(&self) -> &str {
         match self {
-            FileHash::Sha256(hex) | FileHash::GitBlobSha1(hex) | FileHash::Md5(hex) => hex,
+            FileHash::Sha256(hex) | FileHash::GitBlobSha1(hex) | FileHash::Md5(hex) | FileHash::Crc32c(hex) => hex,
             FileHash::SizeOnly => "",
         }
     }
@@ -36,6 +39,7 @@ impl FileHash {
             FileHash::Sha256(_) => "sha256",
             FileHash::GitBlobSha1(_) => "git blob sha1",
             FileHash::Md5(_) => "md5",
+            FileHash::Crc32c(_) => "crc32c",
             FileHash::SizeOnly => "size only",
         }
     }
@@ -50,6 +54,7 @@ pub enum StreamHasher {
     Sha256(Sha256),
     GitBlobSha1(Sha1),
     Md5(md5::Md5),
+    Crc32c(crc_fast::Digest),
     SizeOnly,
 }
 
@@ -64,6 +69,7 @@ impl StreamHasher {
                 StreamHasher::GitBlobSha1(hasher)
             }
             FileHash::Md5(_) => StreamHasher::Md5(md5::Md5::new()),
+            FileHash::Crc32c(_) => StreamHasher::Crc32c(crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi)),
             FileHash::SizeOnly => StreamHasher::SizeOnly,
         }
     }
@@ -73,6 +79,7 @@ impl StreamHasher {
             StreamHasher::Sha256(hasher) => hasher.update(bytes),
             StreamHasher::GitBlobSha1(hasher) => hasher.update(bytes),
             StreamHasher::Md5(hasher) => hasher.update(bytes),
+            StreamHasher::Crc32c(digest) => digest.update(bytes),
             StreamHasher::SizeOnly => {}
         }
     }
@@ -82,6 +89,7 @@ impl StreamHasher {
             StreamHasher::Sha256(hasher) => hex(&hasher.finalize()),
             StreamHasher::GitBlobSha1(hasher) => hex(&hasher.finalize()),
             StreamHasher::Md5(hasher) => hex(&hasher.finalize()),
+            StreamHasher::Crc32c(digest) => format!("{:08x}", digest.finalize()),
             StreamHasher::SizeOnly => String::new(),
         }
     }
@@ -133,26 +141,35 @@ fn hex(bytes: &[u8]) -> String {
 mod tests {
     use super::*;
 
+    /// The hex `expected`'s hasher gives for `pieces`, fed one after the other.
+    fn hashed(expected: &FileHash, pieces: &[&[u8]]) -> String {
+        let mut hasher = StreamHasher::new(expected, pieces.iter().map(|p| p.len() as u64).sum());
+        pieces.iter().for_each(|piece| hasher.update(piece));
+        hasher.finish_hex()
+    }
+
     #[test]
     fn git_blob_sha1_matches_git() {
         // `printf 'hello\n' | git hash-object --stdin`
         let expected = FileHash::GitBlobSha1("ce013625030ba8dba906f756967f9e9ca394464a".into());
-        let mut hasher = StreamHasher::new(&expected, 6);
-        hasher.update(b"hel");
-        hasher.update(b"lo\n");
-        assert_eq!(hasher.finish_hex(), expected.expected_hex());
+        assert_eq!(hashed(&expected, &[b"hel", b"lo\n"]), expected.expected_hex());
     }
 
     #[test]
     fn md5_matches_md5sum_and_size_only_checks_nothing_but_size() {
         // `printf 'hello\n' | md5sum`
         let expected = FileHash::Md5("b1946ac92492d2347c6235b4d2611184".into());
-        let mut hasher = StreamHasher::new(&expected, 6);
-        hasher.update(b"hello\n");
-        assert_eq!(hasher.finish_hex(), expected.expected_hex());
-        let mut size_only = StreamHasher::new(&FileHash::SizeOnly, 6);
-        size_only.update(b"hello\n");
-        assert_eq!(size_only.finish_hex(), FileHash::SizeOnly.expected_hex());
+        assert_eq!(hashed(&expected, &[b"hello\n"]), expected.expected_hex());
+        assert_eq!(hashed(&FileHash::SizeOnly, &[b"hello\n"]), FileHash::SizeOnly.expected_hex());
+    }
+
+    #[test]
+    fn crc32c_is_castagnoli_as_gcs_gives_it() {
+        // RFC 3720's check value: crc32c("123456789") = e3069283; GCS's base64 of it is "4waSgw==".
+        let expected = FileHash::Crc32c("e3069283".into());
+        assert_eq!(hashed(&expected, &[b"1234", b"56789"]), expected.expected_hex());
+        assert_eq!(hashed(&expected, &[]), "00000000");
+        assert_eq!(expected.describe(), "crc32c e3069283");
     }
 
     #[test]

@@ -1,12 +1,14 @@
 //! Where the Object Storage API is and who the agent is to it: endpoint (default
-//! `https://objectstorage.{region}.oraclecloud.com`), region, namespace, and the principal (OME's
-//! `auth` values: `UserPrincipal` with an API key; `InstancePrincipal`, OME's default, is refused for now).
+//! `https://objectstorage.{region}.oraclecloud.com`, the region given or, for an InstancePrincipal,
+//! the instance's), namespace, and the principal (OME's `auth` values: `UserPrincipal` with an API key,
+//! `InstancePrincipal`, the default; `ResourcePrincipal` and `OkeWorkloadIdentity` are refused).
 
 use std::fmt;
 
 use http::Uri;
 
 use super::OciError;
+pub use super::instance::InstanceEndpoints;
 
 /// Longest region identifier accepted (real ones: `us-ashburn-1`, `eu-frankfurt-1`, …).
 const REGION_BYTES_MAX: usize = 64;
@@ -37,8 +39,8 @@ impl fmt::Debug for UserPrincipal {
 #[derive(Clone, Debug)]
 pub enum OciAuth {
     UserPrincipal(UserPrincipal),
-    /// The instance's own certificate from the metadata service: not implemented yet.
-    InstancePrincipal,
+    /// The instance's own certificate from the metadata service, exchanged for session tokens.
+    InstancePrincipal(InstanceEndpoints),
 }
 
 impl OciAuth {
@@ -76,7 +78,7 @@ pub(super) struct Endpoint {
     pub uri: Uri,
 }
 
-fn check_region(region: &str) -> Result<(), OciError> {
+pub(super) fn check_region(region: &str) -> Result<(), OciError> {
     let usable = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-';
     if !region.is_empty() && region.len() <= REGION_BYTES_MAX && region.bytes().all(usable) {
         return Ok(());
@@ -84,16 +86,24 @@ fn check_region(region: &str) -> Result<(), OciError> {
     Err(OciError::BadConfig { reason: format!("region {region:?} is not a region identifier like us-ashburn-1") })
 }
 
-/// The endpoint given, or the region's.
-pub(super) fn endpoint(config: &OciConfig) -> Result<Endpoint, OciError> {
-    let text = match (&config.endpoint, &config.region) {
-        (Some(endpoint), _) if !endpoint.trim().is_empty() => endpoint.trim().trim_end_matches('/').to_owned(),
-        (_, Some(region)) => {
-            check_region(region)?;
-            format!("https://objectstorage.{region}.oraclecloud.com")
+/// The endpoint given, or the region's; `None` when neither is set.
+pub(super) fn endpoint(config: &OciConfig) -> Result<Option<Endpoint>, OciError> {
+    match (&config.endpoint, &config.region) {
+        (Some(endpoint), _) if !endpoint.trim().is_empty() => {
+            parse_endpoint(endpoint.trim().trim_end_matches('/')).map(Some)
         }
-        _ => return Err(OciError::BadConfig { reason: "neither an endpoint nor a region is set".into() }),
-    };
+        (_, Some(region)) => region_endpoint(region).map(Some),
+        _ => Ok(None),
+    }
+}
+
+/// `https://objectstorage.{region}.oraclecloud.com`.
+pub(super) fn region_endpoint(region: &str) -> Result<Endpoint, OciError> {
+    check_region(region)?;
+    parse_endpoint(&format!("https://objectstorage.{region}.oraclecloud.com"))
+}
+
+fn parse_endpoint(text: &str) -> Result<Endpoint, OciError> {
     let bad = |reason: &str| OciError::BadConfig { reason: format!("endpoint {text:?} {reason}") };
     let uri: Uri = text.parse().map_err(|_| bad("is not a URL"))?;
     if !matches!(uri.scheme_str(), Some("http" | "https")) {
@@ -128,19 +138,19 @@ mod tests {
             endpoint: endpoint.map(str::to_owned),
             region: region.map(str::to_owned),
             namespace: "ns".into(),
-            auth: OciAuth::InstancePrincipal,
+            auth: OciAuth::InstancePrincipal(InstanceEndpoints::default()),
         }
     }
 
     #[test]
     fn the_endpoint_defaults_to_the_regions_and_is_checked() {
-        let by_region = endpoint(&config(None, Some("us-ashburn-1"))).unwrap();
+        let by_region = endpoint(&config(None, Some("us-ashburn-1"))).unwrap().unwrap();
         assert_eq!(by_region.base, "https://objectstorage.us-ashburn-1.oraclecloud.com");
         assert_eq!(by_region.host, "objectstorage.us-ashburn-1.oraclecloud.com");
-        let local = endpoint(&config(Some("http://127.0.0.1:9000/"), Some("ignored"))).unwrap();
+        let local = endpoint(&config(Some("http://127.0.0.1:9000/"), Some("ignored"))).unwrap().unwrap();
         assert_eq!((local.base.as_str(), local.host.as_str()), ("http://127.0.0.1:9000", "127.0.0.1:9000"));
         assert!(endpoint(&config(None, Some("us/evil"))).is_err());
-        assert!(endpoint(&config(None, None)).is_err());
+        assert_eq!(endpoint(&config(None, None)).unwrap(), None, "the instance's region, for an InstancePrincipal");
         assert!(endpoint(&config(Some("ftp://x"), None)).is_err());
         assert!(endpoint(&config(Some("https://x/prefix"), None)).is_err());
         assert!(endpoint(&config(Some("https://u:p@x"), None)).is_err());

@@ -34,6 +34,11 @@ pub enum OciError {
     Unsupported {
         what: String,
     },
+    /// The InstancePrincipal cannot get a token: the metadata service's answer, the instance
+    /// certificate, or the federation service's refusal.
+    InstancePrincipal {
+        reason: String,
+    },
     /// 401: the signature, key, fingerprint, tenancy, user or clock is wrong.
     NotAuthenticated(ServiceAnswer),
     /// 403 or 404 (OCI answers 404 `BucketNotFound`/`NotAuthorizedOrNotFound` for both).
@@ -111,10 +116,11 @@ impl fmt::Display for OciError {
             OciError::BadConfig { reason } => write!(f, "OCI configuration: {reason}"),
             OciError::BadKey { reason } => write!(f, "OCI API key: {reason}"),
             OciError::Unsupported { what } => write!(f, "OCI: {what} is not supported yet"),
+            OciError::InstancePrincipal { reason } => write!(f, "OCI InstancePrincipal: {reason}"),
             OciError::NotAuthenticated(answer) => write!(
                 f,
-                "OCI {answer}; not authenticated: check the API key, its fingerprint, the tenancy and user OCIDs, \
-                 and the node's clock"
+                "OCI {answer}; not authenticated: check the API key, its fingerprint, the tenancy and user OCIDs \
+                 (for InstancePrincipal: the instance's certificate and token), and the node's clock"
             ),
             OciError::NotFoundOrDenied(answer) => {
                 write!(f, "OCI {answer}; check the namespace, bucket and object names and the user's policies")

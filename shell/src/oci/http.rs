@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{Request, Response, Uri};
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
@@ -60,10 +60,11 @@ impl Service<Uri> for TunnelingConnector {
     }
 }
 
-/// A shared client (cheap to clone; one connection pool).
+/// A shared client (cheap to clone; one connection pool). Bodies are whole (`Full`): Object Storage
+/// requests have none, the InstancePrincipal's token request a small JSON one.
 #[derive(Clone)]
 pub(super) struct OciHttp {
-    client: Client<HttpsConnector<TunnelingConnector>, Empty<Bytes>>,
+    client: Client<HttpsConnector<TunnelingConnector>, Full<Bytes>>,
 }
 
 impl OciHttp {
@@ -96,7 +97,7 @@ impl OciHttp {
     /// Sends `request`; no answer head within `stall_timeout_ms` is `Stalled`.
     pub async fn send(
         &self,
-        request: Request<Empty<Bytes>>,
+        request: Request<Full<Bytes>>,
         stall_timeout_ms: u64,
         what: &str,
     ) -> Result<Response<Incoming>, OciError> {

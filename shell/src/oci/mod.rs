@@ -1,5 +1,6 @@
 //! OCI Object Storage through its native API, with no SDK (no usable Rust one exists): requests signed
-//! with OCI's HTTP signature scheme (`signer`), every object under a prefix listed through
+//! with OCI's HTTP signature scheme (`signer`) by an API key or an instance's session (`instance`:
+//! InstancePrincipal's token exchange), every object under a prefix listed through
 //! `nextStartWith` pages (`listing`), HeadObject and ranged GetObject as a byte stream (`objects`).
 //! Retries and backoff belong to the caller; errors carry OCI's code, `opc-request-id` and
 //! `Retry-After`. Checked against `testsupport/fakeoci`, itself checked against the official Python SDK.
@@ -7,6 +8,7 @@
 mod config;
 mod error;
 mod http;
+mod instance;
 mod listing;
 mod objects;
 mod signer;
@@ -19,11 +21,11 @@ use std::time::SystemTime;
 
 use ::http::header::{AUTHORIZATION, DATE, HOST, RANGE, USER_AGENT};
 use ::http::{Method, Request, Response, StatusCode};
-use http_body_util::Empty;
+use http_body_util::Full;
 use hyper::body::Incoming;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
-pub use config::{OciAuth, OciConfig, UserPrincipal};
+pub use config::{InstanceEndpoints, OciAuth, OciConfig, UserPrincipal};
 pub use error::OciError;
 
 pub use listing::ListLimits;
@@ -52,22 +54,54 @@ pub struct Timeouts {
     pub stall_ms: u64,
 }
 
+/// Who signs: one API key, or an instance's sessions.
+#[derive(Clone)]
+enum Principal {
+    ApiKey(Arc<RequestSigner>),
+    Instance(Arc<instance::InstancePrincipal>),
+}
+
+impl Principal {
+    async fn signer(&self) -> Result<Arc<RequestSigner>, OciError> {
+        match self {
+            Principal::ApiKey(signer) => Ok(signer.clone()),
+            Principal::Instance(instance) => instance.signer().await,
+        }
+    }
+
+    /// After a 401: whether another signer may do better (an instance's renewed token).
+    async fn forget(&self, used: &Arc<RequestSigner>) -> bool {
+        match self {
+            Principal::ApiKey(_) => false,
+            Principal::Instance(instance) => {
+                instance.forget(used).await;
+                true
+            }
+        }
+    }
+}
+
 /// A client of one namespace's Object Storage (cheap to clone; one connection pool).
 #[derive(Clone)]
 pub struct OciClient {
-    endpoint: config::Endpoint,
+    /// Set at construction, or from the instance's region at the first request.
+    endpoint: Arc<tokio::sync::OnceCell<config::Endpoint>>,
     namespace: String,
-    signer: Arc<RequestSigner>,
+    principal: Principal,
     http: http::OciHttp,
     stall_timeout_ms: u64,
 }
 
 impl fmt::Debug for OciClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let key_id = match &self.principal {
+            Principal::ApiKey(signer) => signer.key_id(),
+            Principal::Instance(_) => "InstancePrincipal",
+        };
         f.debug_struct("OciClient")
-            .field("endpoint", &self.endpoint.base)
+            .field("endpoint", &self.endpoint.get().map(|e| &e.base))
             .field("namespace", &self.namespace)
-            .field("key_id", &self.signer.key_id())
+            .field("key_id", &key_id)
             .finish_non_exhaustive()
     }
 }
@@ -79,26 +113,41 @@ fn encode(s: &str) -> String {
 
 impl OciClient {
     /// Checks the configuration and loads the key; no request is sent.
+    /// Checks the configuration and loads the key; no request is sent (an InstancePrincipal asks for its
+    /// first token at the first request).
     pub fn new(config: &OciConfig, timeouts: Timeouts, network: &Network) -> Result<OciClient, OciError> {
         let endpoint = config::endpoint(config)?;
         config::check_namespace(&config.namespace)?;
-        let signer = match &config.auth {
-            OciAuth::UserPrincipal(p) => RequestSigner::from_pem(
+        let principal = match &config.auth {
+            OciAuth::UserPrincipal(p) => Principal::ApiKey(Arc::new(RequestSigner::from_pem(
                 &p.tenancy,
                 &p.user,
                 &p.fingerprint,
                 &p.private_key_pem,
                 p.passphrase.as_deref(),
-            )?,
-            OciAuth::InstancePrincipal => {
-                return Err(OciError::Unsupported {
-                    what: "auth InstancePrincipal (use UserPrincipal with an API key)".into(),
-                });
+            )?)),
+            OciAuth::InstancePrincipal(endpoints) => {
+                Principal::Instance(Arc::new(instance::InstancePrincipal::new(endpoints.clone(), timeouts, network)?))
             }
         };
+        if endpoint.is_none() && matches!(principal, Principal::ApiKey(_)) {
+            return Err(OciError::BadConfig { reason: "neither an endpoint nor a region is set".into() });
+        }
         let http = http::OciHttp::new(timeouts.connect_ms, network)?;
         let namespace = config.namespace.clone();
-        Ok(OciClient { endpoint, namespace, signer: Arc::new(signer), http, stall_timeout_ms: timeouts.stall_ms })
+        let endpoint = Arc::new(tokio::sync::OnceCell::new_with(endpoint));
+        Ok(OciClient { endpoint, namespace, principal, http, stall_timeout_ms: timeouts.stall_ms })
+    }
+
+    /// The endpoint set, else the instance's region's.
+    async fn endpoint(&self) -> Result<&config::Endpoint, OciError> {
+        let of_instance = || async {
+            let Principal::Instance(instance) = &self.principal else {
+                unreachable!("an API key client has its endpoint from the start")
+            };
+            config::region_endpoint(&instance.region().await?)
+        };
+        self.endpoint.get_or_try_init(of_instance).await
     }
 
     /// GetNamespace: the namespace of the key's tenancy (a cheap check of the credentials).
@@ -116,7 +165,8 @@ impl OciClient {
         format!("/n/{}/b/{}/o", encode(&self.namespace), encode(bucket))
     }
 
-    /// Sends one signed, body-less request.
+    /// Sends one signed, body-less request; an InstancePrincipal whose token is refused (401) renews it
+    /// and sends the request once more.
     async fn signed(
         &self,
         method: Method,
@@ -124,12 +174,30 @@ impl OciClient {
         range: Option<ByteRange>,
         what: &str,
     ) -> Result<Response<Incoming>, OciError> {
+        let signer = self.principal.signer().await?;
+        let response = self.send_signed(&signer, &method, &path_and_query, range, what).await?;
+        if response.status() != StatusCode::UNAUTHORIZED || !self.principal.forget(&signer).await {
+            return Ok(response);
+        }
+        let signer = self.principal.signer().await?;
+        self.send_signed(&signer, &method, &path_and_query, range, what).await
+    }
+
+    async fn send_signed(
+        &self,
+        signer: &RequestSigner,
+        method: &Method,
+        path_and_query: &str,
+        range: Option<ByteRange>,
+        what: &str,
+    ) -> Result<Response<Incoming>, OciError> {
+        let endpoint = self.endpoint().await?;
         let date = httpdate::fmt_http_date(SystemTime::now());
-        let host = &self.endpoint.host;
-        let authorization = self.signer.authorization(&method, &path_and_query, host, &date)?;
+        let host = &endpoint.host;
+        let authorization = signer.authorization(method, path_and_query, host, &date)?;
         let mut request = Request::builder()
-            .method(method)
-            .uri(format!("{}{path_and_query}", self.endpoint.base))
+            .method(method.clone())
+            .uri(format!("{}{path_and_query}", endpoint.base))
             .header(HOST, host)
             .header(DATE, date)
             .header(AUTHORIZATION, authorization)
@@ -137,7 +205,9 @@ impl OciClient {
         if let Some(range) = range {
             request = request.header(RANGE, range.header_value());
         }
-        let request = request.body(Empty::new()).map_err(|e| OciError::Protocol { reason: format!("{what}: {e}") })?;
+        let request = request
+            .body(Full::new(hyper::body::Bytes::new()))
+            .map_err(|e| OciError::Protocol { reason: format!("{what}: {e}") })?;
         self.http.send(request, self.stall_timeout_ms, what).await
     }
 

@@ -1,7 +1,9 @@
-//! OCI's request signature for an API key (UserPrincipal): draft-cavage HTTP signatures, version 1,
-//! `rsa-sha256` (RSASSA-PKCS1-v1_5 over SHA-256, through ring) over `date`, `(request-target)` and
-//! `host`, with keyId `<tenancy OCID>/<user OCID>/<key fingerprint>`. Only body-less requests (GET, HEAD)
-//! are signed: the agent never writes, and a body would need `x-content-sha256` and its companions.
+//! OCI's request signature: draft-cavage HTTP signatures, version 1, `rsa-sha256` (RSASSA-PKCS1-v1_5
+//! over SHA-256, through ring) over `date`, `(request-target)` and `host`, with keyId `<tenancy
+//! OCID>/<user OCID>/<key fingerprint>` for an API key (UserPrincipal) or `ST$<security token>` for an
+//! InstancePrincipal's session key. Object Storage requests are body-less (GET, HEAD): the agent never
+//! writes. The one request with a body, the InstancePrincipal's token request, also signs
+//! `content-length`, `content-type` and `x-content-sha256` (and not `host`, as the SDKs sign it).
 
 use std::fmt;
 
@@ -17,6 +19,10 @@ use super::OciError;
 
 /// Headers signed, in this order (the order OCI's SDKs use).
 const SIGNED_HEADERS: &str = "date (request-target) host";
+/// Headers signed on the federation request (the SDKs leave `host` out there).
+const BODY_SIGNED_HEADERS: &str = "date (request-target) content-length content-type x-content-sha256";
+/// A security token longer than this is refused (OCI's are a few kilobytes).
+const TOKEN_BYTES_MAX: usize = 16 * 1024;
 /// A PEM longer than this is not an API key.
 const PEM_BYTES_MAX: usize = 64 * 1024;
 /// Longest OCID accepted (real ones are about 90 characters).
@@ -48,7 +54,7 @@ fn check_fingerprint(fingerprint: &str) -> Result<(), OciError> {
 }
 
 /// An OCID: non-empty, printable, without the characters that would break the keyId (`/`, `"`, `,`).
-fn check_ocid(label: &str, ocid: &str) -> Result<(), OciError> {
+pub(super) fn check_ocid(label: &str, ocid: &str) -> Result<(), OciError> {
     let usable = |b: u8| b.is_ascii_graphic() && !matches!(b, b'/' | b'"' | b',' | b'\\');
     if !ocid.is_empty() && ocid.len() <= OCID_BYTES_MAX && ocid.bytes().all(usable) {
         return Ok(());
@@ -57,7 +63,7 @@ fn check_ocid(label: &str, ocid: &str) -> Result<(), OciError> {
 }
 
 /// An unencrypted RSA key from a PKCS#8 (`PRIVATE KEY`) or PKCS#1 (`RSA PRIVATE KEY`) PEM.
-fn load_key(pem: &str, passphrase: Option<&str>) -> Result<RsaKeyPair, OciError> {
+pub(super) fn load_key(pem: &str, passphrase: Option<&str>) -> Result<RsaKeyPair, OciError> {
     let bad = |reason: String| OciError::BadKey { reason };
     if pem.len() > PEM_BYTES_MAX {
         return Err(bad(format!("larger than {PEM_BYTES_MAX} bytes")));
@@ -96,8 +102,58 @@ impl RequestSigner {
         Ok(RequestSigner { key_id: format!("{tenancy}/{user}/{fingerprint}"), key, rng: SystemRandom::new() })
     }
 
+    /// A signer for keyId `key_id` (checked by the caller) with `key`.
+    pub(super) fn with_key(key_id: String, key: RsaKeyPair) -> RequestSigner {
+        RequestSigner { key_id, key, rng: SystemRandom::new() }
+    }
+
+    /// A signer for an InstancePrincipal session: keyId `ST$<token>`, the session's key. A token that
+    /// is not a JWT's base64url characters (it goes into a header) is refused.
+    pub(super) fn for_session(token: &str, key: RsaKeyPair) -> Result<RequestSigner, OciError> {
+        let usable = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'=');
+        if token.is_empty() || token.len() > TOKEN_BYTES_MAX || !token.bytes().all(usable) {
+            return Err(OciError::Protocol { reason: "the security token is not a JWT".into() });
+        }
+        Ok(RequestSigner::with_key(format!("ST${token}"), key))
+    }
+
     pub fn key_id(&self) -> &str {
         &self.key_id
+    }
+
+    fn signature(&self, text: &str) -> Result<String, OciError> {
+        let mut signature = vec![0; self.key.public().modulus_len()];
+        self.key
+            .sign(&RSA_PKCS1_SHA256, &self.rng, text.as_bytes(), &mut signature)
+            .map_err(|_| OciError::BadKey { reason: "RSA signing failed".into() })?;
+        Ok(BASE64.encode(signature))
+    }
+
+    fn header_value(&self, headers: &str, signature: &str) -> String {
+        format!(
+            "Signature version=\"1\",keyId=\"{}\",algorithm=\"rsa-sha256\",headers=\"{headers}\",signature=\"{signature}\"",
+            self.key_id
+        )
+    }
+
+    /// The `Authorization` and `x-content-sha256` values for a POST of `body` (`content_type`) to
+    /// `path_and_query`, dated `date`.
+    pub(super) fn body_authorization(
+        &self,
+        path_and_query: &str,
+        date: &str,
+        content_type: &str,
+        body: &[u8],
+    ) -> Result<(String, String), OciError> {
+        use sha2::Digest as _;
+        let content_sha256 = BASE64.encode(sha2::Sha256::digest(body));
+        let text = format!(
+            "date: {date}\n(request-target): post {path_and_query}\ncontent-length: {}\ncontent-type: \
+             {content_type}\nx-content-sha256: {content_sha256}",
+            body.len()
+        );
+        let authorization = self.header_value(BODY_SIGNED_HEADERS, &self.signature(&text)?);
+        Ok((authorization, content_sha256))
     }
 
     /// The `Authorization` value for a body-less request: `path_and_query` exactly as sent, `host` as in
@@ -113,15 +169,7 @@ impl RequestSigner {
             return Err(OciError::Unsupported { what: format!("signing a {method} request (with a body)") });
         }
         let text = signing_string(method, path_and_query, host, date);
-        let mut signature = vec![0; self.key.public().modulus_len()];
-        self.key
-            .sign(&RSA_PKCS1_SHA256, &self.rng, text.as_bytes(), &mut signature)
-            .map_err(|_| OciError::BadKey { reason: "RSA signing failed".into() })?;
-        Ok(format!(
-            "Signature version=\"1\",keyId=\"{}\",algorithm=\"rsa-sha256\",headers=\"{SIGNED_HEADERS}\",signature=\"{}\"",
-            self.key_id,
-            BASE64.encode(signature)
-        ))
+        Ok(self.header_value(SIGNED_HEADERS, &self.signature(&text)?))
     }
 }
 

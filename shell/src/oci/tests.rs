@@ -138,8 +138,115 @@ async fn a_wrong_key_is_refused_as_not_authenticated() {
     assert!(!error.is_transient());
     let log = oci.requests();
     assert_eq!(log[0].auth_refused.as_deref(), Some("the signature does not verify with the key"));
-    let unsupported = client_with(&oci, OciAuth::InstancePrincipal, &Network::default()).unwrap_err();
-    assert!(unsupported.to_string().contains("InstancePrincipal (use UserPrincipal"), "{unsupported}");
+}
+
+/// The fake's metadata and federation endpoints, as `OCI_METADATA_BASE_URL` and
+/// `OCI_SDK_AUTH_CLIENT_REGION_URL` would give them.
+fn instance_auth(oci: &FakeOci) -> OciAuth {
+    OciAuth::InstancePrincipal(InstanceEndpoints {
+        metadata_base_url: oci.metadata_base_url(),
+        federation_base_url: Some(oci.federation_base_url().into()),
+    })
+}
+
+fn start_instance(instance: model_agent_fakeoci::InstanceConfig) -> FakeOci {
+    FakeOci::start_with(fixtures(), Config { instance, ..Config::default() }).unwrap()
+}
+
+fn paths(oci: &FakeOci) -> Vec<(String, String, u16)> {
+    let log = oci.requests();
+    log.into_iter().map(|r| (r.method, r.uri.split('?').next().unwrap_or("").to_owned(), r.status)).collect()
+}
+
+#[tokio::test]
+async fn an_instance_principal_trades_its_certificate_for_a_session_token() {
+    let oci = start_instance(Default::default());
+    let client = client_with(&oci, instance_auth(&oci), &Network::default()).unwrap();
+    let listed = client.list_objects(BUCKET, PREFIX, ListLimits::default()).await.unwrap();
+    assert_eq!(listed.len(), 5);
+    let body = client.get_object(BUCKET, ODD_NAME, None).await.unwrap();
+    assert!(read_all(body).await.unwrap() == content(&oci, ODD_NAME));
+    assert_eq!(oci.tokens_issued(), 1, "one token for every request while it is fresh");
+    let seen = paths(&oci);
+    let identity: Vec<&str> = seen.iter().take(4).map(|(_, path, _)| path.as_str()).collect();
+    assert_eq!(
+        identity,
+        ["/opc/v2/identity/cert.pem", "/opc/v2/identity/key.pem", "/opc/v2/identity/intermediate.pem", "/v1/x509"]
+    );
+    // Object Storage took the `ST$` keyId: the client holds no API key the fake would accept.
+    assert!(seen.iter().skip(4).all(|(_, path, status)| path.starts_with("/n/") && *status == 200), "{seen:?}");
+}
+
+#[tokio::test]
+async fn an_instance_principal_without_endpoint_or_region_uses_the_instance_s_region() {
+    let oci =
+        start_instance(model_agent_fakeoci::InstanceConfig { region: "eu-frankfurt-1".into(), ..Default::default() });
+    let config = OciConfig { endpoint: None, region: None, namespace: "ns".into(), auth: instance_auth(&oci) };
+    let client = OciClient::new(&config, Timeouts { connect_ms: 2_000, stall_ms: 2_000 }, &Network::default()).unwrap();
+    assert_eq!(client.endpoint().await.unwrap().host, "objectstorage.eu-frankfurt-1.oraclecloud.com");
+    assert_eq!(paths(&oci), [("GET".into(), "/opc/v2/instance/canonicalRegionName".into(), 200)]);
+    let user = OciConfig { auth: user_principal(test_keys::PRIVATE_KEY_PEM), ..config };
+    let refused = OciClient::new(&user, Timeouts { connect_ms: 1, stall_ms: 1 }, &Network::default()).unwrap_err();
+    assert!(refused.to_string().contains("neither an endpoint nor a region"), "{refused}");
+}
+
+#[tokio::test]
+async fn a_token_is_renewed_before_its_exp_and_once_after_a_401() {
+    // A 2 s token is renewed after 1 s (half its life).
+    let oci = start_instance(model_agent_fakeoci::InstanceConfig { token_ttl_s: 2, ..Default::default() });
+    let client = client_with(&oci, instance_auth(&oci), &Network::default()).unwrap();
+    client.head_object(BUCKET, WHOLE).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1_200)).await;
+    client.head_object(BUCKET, WHOLE).await.unwrap();
+    assert_eq!(oci.tokens_issued(), 2, "renewed before it expired");
+    assert!(oci.requests().iter().all(|r| r.status != 401), "no request was refused");
+    oci.revoke_tokens();
+    client.head_object(BUCKET, WHOLE).await.unwrap();
+    assert_eq!(oci.tokens_issued(), 3, "a refused token is renewed");
+    let refused: Vec<_> = oci.requests().into_iter().filter(|r| r.status == 401).collect();
+    assert_eq!(refused.len(), 1);
+    assert_eq!(refused[0].auth_refused.as_deref(), Some("the security token has expired or was revoked"));
+}
+
+#[tokio::test]
+async fn a_token_refused_again_after_renewal_is_not_authenticated() {
+    // Tokens from one fake's federation, requests to another fake that knows none of them: a
+    // refused token is renewed once, then the 401 stands (no loop).
+    let (identity, storage) = (start_instance(Default::default()), start());
+    let client = client_with(&storage, instance_auth(&identity), &Network::default()).unwrap();
+    let error = client.head_object(BUCKET, WHOLE).await.unwrap_err();
+    assert!(matches!(error, OciError::NotAuthenticated(_)), "{error}");
+    assert_eq!(storage.requests().len(), 2, "the request, then once more with a renewed token");
+    assert_eq!(identity.tokens_issued(), 2);
+}
+
+#[tokio::test]
+async fn a_certificate_and_key_that_do_not_match_are_refused_by_the_federation() {
+    let other_key =
+        model_agent_fakeoci::InstanceConfig { key_pem: test_keys::OTHER_PRIVATE_KEY_PEM.into(), ..Default::default() };
+    let oci = start_instance(other_key);
+    let client = client_with(&oci, instance_auth(&oci), &Network::default()).unwrap();
+    let error = client.list_objects(BUCKET, PREFIX, ListLimits::default()).await.unwrap_err();
+    let text = error.to_string();
+    assert!(matches!(error, OciError::InstancePrincipal { .. }) && !error.is_transient(), "{text}");
+    assert!(text.contains("refused the instance certificate") && text.contains("401"), "{text}");
+    let federation = oci.requests().into_iter().find(|r| r.uri == "/v1/x509").unwrap();
+    assert_eq!(federation.auth_refused.as_deref(), Some("the signature does not verify with the key"));
+    assert_eq!(oci.tokens_issued(), 0);
+}
+
+#[tokio::test]
+async fn no_metadata_service_says_instance_principal_needs_an_oci_instance() {
+    let auth = OciAuth::InstancePrincipal(InstanceEndpoints {
+        metadata_base_url: "http://127.0.0.1:1/opc/v2".into(),
+        federation_base_url: None,
+    });
+    let oci = start();
+    let client = client_with(&oci, auth, &Network::default()).unwrap();
+    let error = client.head_object(BUCKET, WHOLE).await.unwrap_err();
+    assert!(error.is_transient(), "{error}");
+    assert!(error.to_string().contains("metadata service of an OCI instance"), "{error}");
+    assert!(oci.requests().is_empty());
 }
 
 #[tokio::test]

@@ -3,9 +3,9 @@
 //! | scheme | parameters | Secret keys (`spec.storage.key`) | otherwise |
 //! |---|---|---|---|
 //! | `s3://bucket/prefix` | `endpoint`, `region` | `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN` | the AWS chain: env, web identity, instance metadata |
-//! | `gs://bucket/prefix` | `endpoint`, `anonymous: "true"` | a service-account JSON (`parameters.secretKey`, else the only key, else one ending in `.json`) | `GOOGLE_APPLICATION_CREDENTIALS`, VM metadata |
+//! | `gs://bucket/prefix` | `endpoint`, `anonymous: "true"` | a service-account JSON (`parameters.secretKey`, else the only key, else one ending in `.json`; its `token_uri` honoured) | `GOOGLE_APPLICATION_CREDENTIALS`, VM metadata |
 //! | `az://account/container/prefix` | `endpoint` | `AZURE_STORAGE_KEY` (or `accountKey`), `AZURE_STORAGE_SAS_TOKEN` (or `sasToken`) | `AZURE_STORAGE_KEY` in the agent's env |
-//! | `oci://n/ns/b/bucket/o/prefix` | `auth` (OME's: `UserPrincipal`; `InstancePrincipal`, the default, is not supported yet), `region`, `endpoint` | `tenancy`, `user`, `fingerprint`, `privateKey` (PEM), optional `passphrase` (also `OCI_TENANCY`, `OCI_USER`, `OCI_FINGERPRINT`, `OCI_PRIVATE_KEY`) | — |
+//! | `oci://n/ns/b/bucket/o/prefix` | `auth` (OME's: `InstancePrincipal`, the default, or `UserPrincipal`; `ResourcePrincipal` and `OkeWorkloadIdentity` are refused), `region`, `endpoint` | `tenancy`, `user`, `fingerprint`, `privateKey` (PEM), optional `passphrase` (also `OCI_TENANCY`, `OCI_USER`, `OCI_FINGERPRINT`, `OCI_PRIVATE_KEY`) | — |
 
 use std::collections::BTreeMap;
 
@@ -16,7 +16,7 @@ use opendal_http_transport_reqwest::ReqwestTransport;
 
 use model_agent_core::storage_uri::StorageUri;
 
-use super::Store;
+use super::{Checks, Store};
 
 /// What the model says about reaching its store: its `spec.storage.parameters` (strings only)
 /// and the data of the Secret `spec.storage.key` names (empty without one). Never logged.
@@ -65,27 +65,45 @@ pub fn open(uri: &StorageUri, auth: &StoreAuth, net: &Net) -> Result<Store, Stri
         let client = oci(namespace, auth, net)?;
         let backend = super::Backend::Oci { client: Box::new(client), bucket: bucket.clone() };
         let label = format!("oci://n/{namespace}/b/{bucket}/o/{prefix}");
-        return Ok(Store { backend, prefix: prefix.clone(), label, shape_filter: None });
+        return Ok(Store { backend, prefix: prefix.clone(), label, shape_filter: None, checks: Checks::None });
     }
     let http = net.http.clone();
-    let (op, prefix, label) = match uri {
-        StorageUri::S3 { bucket, prefix } => (s3(bucket, auth)?, prefix, format!("s3://{bucket}/{prefix}")),
-        StorageUri::Gcs { bucket, prefix } => (gcs(bucket, auth)?, prefix, format!("gs://{bucket}/{prefix}")),
+    let reqwest = || ReqwestTransport::new(http.clone());
+    let (op, prefix, label, checks) = match uri {
+        StorageUri::S3 { bucket, prefix } => {
+            let (op, chain, region) = s3(bucket, auth)?;
+            let op = with_transport(op, opendal::HttpTransporter::new(reqwest()));
+            let heads = super::s3_checksum::Heads::new(op.clone(), chain, &region, http.clone());
+            (op, prefix, format!("s3://{bucket}/{prefix}"), Checks::S3(Box::new(heads)))
+        }
+        StorageUri::Gcs { bucket, prefix } => {
+            let (op, token_uri) = gcs(bucket, auth)?;
+            let seen = std::sync::Arc::new(super::gcs_transport::Crc32cSeen::default());
+            let transport = super::gcs_transport::GcsTransport { inner: reqwest(), seen: seen.clone(), token_uri };
+            let op = with_transport(op, opendal::HttpTransporter::new(transport));
+            (op, prefix, format!("gs://{bucket}/{prefix}"), Checks::Gcs(seen))
+        }
         StorageUri::Azure { account, container, prefix } => {
-            (azure(account, container, auth)?, prefix, format!("az://{account}/{container}/{prefix}"))
+            let op = with_transport(azure(account, container, auth)?, opendal::HttpTransporter::new(reqwest()));
+            (op, prefix, format!("az://{account}/{container}/{prefix}"), Checks::None)
         }
         other => return Err(format!("{other:?} is not an object store this agent reads with OpenDAL")),
     };
-    let transport = opendal::HttpTransporter::new(ReqwestTransport::new(http));
-    let context = op.base_context().with_http_transport(transport);
-    let op = op.with_context(context);
-    Ok(Store { backend: super::Backend::OpenDal(op), prefix: prefix.clone(), label, shape_filter: None })
+    let backend = super::Backend::OpenDal(op);
+    Ok(Store { backend, prefix: prefix.clone(), label, shape_filter: None, checks })
 }
 
-/// OCI's client for `namespace`: OME's `auth` parameter (only `UserPrincipal` works for now) with
-/// the API key from the Secret.
+/// `op` with its HTTP through `transporter`.
+fn with_transport(op: Operator, transporter: opendal::HttpTransporter) -> Operator {
+    let context = op.base_context().with_http_transport(transporter);
+    op.with_context(context)
+}
+
+/// OCI's client for `namespace`: OME's `auth` parameter, `UserPrincipal` with the API key from the
+/// Secret or `InstancePrincipal` (the default) with the instance's identity (its metadata and
+/// federation endpoints movable by `OCI_METADATA_BASE_URL` and `OCI_SDK_AUTH_CLIENT_REGION_URL`).
 fn oci(namespace: &str, auth: &StoreAuth, net: &Net) -> Result<crate::oci::OciClient, String> {
-    use crate::oci::{OciAuth, OciClient, OciConfig, UserPrincipal};
+    use crate::oci::{InstanceEndpoints, OciAuth, OciClient, OciConfig, UserPrincipal};
     let kind = OciAuth::kind_from_parameter(auth.param("auth")).map_err(|e| e.to_string())?;
     let principal = match kind {
         "UserPrincipal" => {
@@ -100,7 +118,7 @@ fn oci(namespace: &str, auth: &StoreAuth, net: &Net) -> Result<crate::oci::OciCl
                 passphrase: auth.secret_value(&["passphrase", "OCI_PASSPHRASE"]).map(str::to_string),
             })
         }
-        _ => OciAuth::InstancePrincipal,
+        _ => OciAuth::InstancePrincipal(InstanceEndpoints::from_env(&|name| std::env::var(name).ok())),
     };
     let config = OciConfig {
         endpoint: auth.param("endpoint").map(str::to_string),
@@ -115,44 +133,55 @@ fn built(result: opendal::Result<Operator>, label: &str) -> Result<Operator, Str
     result.map_err(|e| format!("{label}: {}", super::short(&e.to_string())))
 }
 
-fn s3(bucket: &str, auth: &StoreAuth) -> Result<Operator, String> {
+/// The S3 operator, its credential chain (shared with the checksum HEADs) and its region.
+fn s3(bucket: &str, auth: &StoreAuth) -> Result<(Operator, super::s3_checksum::Chain, String), String> {
     let mut b = S3::default().root("/").bucket(bucket);
     if let Some(endpoint) = auth.param("endpoint") {
         b = b.endpoint(endpoint);
     }
-    // A custom endpoint (MinIO, Ceph, a test server) rarely has a region of its own.
-    match auth.param("region") {
-        Some(region) => b = b.region(region),
-        None if auth.param("endpoint").is_some() => b = b.region("us-east-1"),
-        None => {}
+    // A custom endpoint (MinIO, Ceph, a test server) rarely has a region of its own; else OpenDAL's
+    // order: the parameter, then AWS_REGION, AWS_DEFAULT_REGION.
+    let env = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
+    let region = match (auth.param("region"), auth.param("endpoint")) {
+        (Some(region), _) => Some(region.to_string()),
+        (None, Some(_)) => Some("us-east-1".to_string()),
+        (None, None) => env("AWS_REGION").or_else(|| env("AWS_DEFAULT_REGION")),
+    };
+    if let Some(region) = &region {
+        b = b.region(region);
     }
     let id = auth.secret_value(&["AWS_ACCESS_KEY_ID", "accessKeyId"]);
     let key = auth.secret_value(&["AWS_SECRET_ACCESS_KEY", "secretAccessKey"]);
-    match (id, key) {
+    let chain = match (id, key) {
         (Some(id), Some(key)) => {
-            b = b.access_key_id(id).secret_access_key(key).disable_config_load().disable_ec2_metadata();
-            if let Some(token) = auth.secret_value(&["AWS_SESSION_TOKEN", "sessionToken"]) {
-                b = b.session_token(token);
-            }
+            b = b.disable_config_load().disable_ec2_metadata();
+            let token = auth.secret_value(&["AWS_SESSION_TOKEN", "sessionToken"]);
+            super::s3_checksum::chain(Some((id, key, token)))
         }
-        (None, None) if auth.secret_name.is_none() => {}
+        (None, None) if auth.secret_name.is_none() => super::s3_checksum::chain(None),
         _ => return Err(secret_missing(auth, "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")),
-    }
-    built(Operator::new(b), &format!("s3://{bucket}"))
+    };
+    b = b.credential_provider_chain(reqsign_core::ProvideCredentialChain::new().push(chain.clone()));
+    let op = built(Operator::new(b), &format!("s3://{bucket}"))?;
+    Ok((op, chain, region.unwrap_or_default()))
 }
 
-fn gcs(bucket: &str, auth: &StoreAuth) -> Result<Operator, String> {
+/// The GCS operator, and the service account's `token_uri` when it is not Google's (see `gcs_transport`).
+fn gcs(bucket: &str, auth: &StoreAuth) -> Result<(Operator, Option<http::Uri>), String> {
     let mut b = Gcs::default().root("/").bucket(bucket);
     if let Some(endpoint) = auth.param("endpoint") {
         b = b.endpoint(endpoint);
     }
+    let mut token_uri = None;
     if auth.secret_name.is_some() {
         let json = service_account_json(auth)?;
+        let secret = auth.secret_name.as_deref().unwrap_or_default();
+        token_uri = super::gcs_transport::token_uri_of(json).map_err(|e| format!("Secret {secret}: {e}"))?;
         b = b.credential(&base64::engine::general_purpose::STANDARD.encode(json)).disable_vm_metadata();
     } else if auth.param("anonymous") == Some("true") {
         b = b.skip_signature().disable_vm_metadata().disable_config_load();
     }
-    built(Operator::new(b), &format!("gs://{bucket}"))
+    Ok((built(Operator::new(b), &format!("gs://{bucket}"))?, token_uri))
 }
 
 /// The service-account JSON in the Secret: `parameters.secretKey`, else its only key, else the

@@ -1,14 +1,22 @@
 //! Every object under the model's prefix, as the engine's files: the path beneath the destination
-//! (the prefix stripped, OME's rule), the size, and the MD5 where the store gives a plain one.
+//! (the prefix stripped, OME's rule), the size, and the hash the store gives: S3's whole-object
+//! `x-amz-checksum-sha256` (a signed HEAD per object), else a plain MD5 (S3's single-part ETag
+//! without SSE-KMS/SSE-C, GCS's `md5Hash`, Azure's `Content-MD5`, OCI's `md5` or `opc-meta-md5`),
+//! else GCS's `crc32c` (composite objects), else the size only.
 
 use base64::Engine as _;
 use futures::TryStreamExt;
 
-use super::{Backend, Store, StoreError};
+use super::{Backend, Checks, Store, StoreError};
 use crate::hf::{FileHash, RemoteFile, check_repo_path};
 
 /// Objects of one model at most: a listing is held in memory whole.
 pub const OBJECTS_MAX: usize = 1_000_000;
+/// S3 checksum HEADs in flight at once.
+const HEADS_CONCURRENCY: usize = 16;
+/// A listing longer than this gets no checksum HEADs (one request per object would be the
+/// download's bulk): its objects keep the listing's MD5.
+const HEADS_OBJECTS_MAX: usize = 10_000;
 
 /// Every object under the prefix, sorted by path (a TensorRT-LLM model's only for this node's
 /// shape). Keys ending in `/` (folder placeholders) are skipped; a key whose path cannot be a file
@@ -21,6 +29,15 @@ pub async fn list(store: &Store) -> Result<Vec<RemoteFile>, StoreError> {
     };
     if files.is_empty() {
         return Err(StoreError::Empty { label: store.label.clone() });
+    }
+    match &store.checks {
+        Checks::S3(heads) if files.len() <= HEADS_OBJECTS_MAX => with_s3_checksums(store, heads, &mut files).await?,
+        Checks::Gcs(seen) => {
+            for file in files.iter_mut().filter(|f| f.hash == FileHash::SizeOnly) {
+                file.hash = seen.of(&store.key_of(&file.path)).map_or(FileHash::SizeOnly, FileHash::Crc32c);
+            }
+        }
+        _ => {}
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
     match &store.shape_filter {
@@ -92,6 +109,36 @@ async fn list_oci(
         files.push(RemoteFile { path: path.to_string(), size_bytes: object.size_bytes, hash });
     }
     Ok(files)
+}
+
+/// Each object's hash from a signed HEAD: its whole-object sha256 when it has one, else the listed
+/// MD5 (or the HEAD's ETag when the listing had none) unless SSE-KMS or SSE-C make the ETag no MD5.
+async fn with_s3_checksums(
+    store: &Store,
+    heads: &super::s3_checksum::Heads,
+    files: &mut [RemoteFile],
+) -> Result<(), StoreError> {
+    use futures::FutureExt as _;
+    use futures::StreamExt as _;
+    // Owned, boxed futures: borrowed ones would make the download task's future not `Send`.
+    let asks: Vec<_> = files
+        .iter()
+        .map(|f| {
+            let (heads, key) = (heads.clone(), store.key_of(&f.path));
+            async move { heads.head(&key).await }.boxed()
+        })
+        .collect();
+    let mut answers = futures::stream::iter(asks).buffered(HEADS_CONCURRENCY);
+    for file in files.iter_mut() {
+        let facts = answers.next().await.expect("one answer per key")?;
+        file.hash = match (facts.sha256_hex, &file.hash) {
+            (Some(sha256), _) => FileHash::Sha256(sha256),
+            _ if facts.etag_not_md5 => FileHash::SizeOnly,
+            (None, FileHash::SizeOnly) => md5_of(None, facts.etag.as_deref()).map_or(FileHash::SizeOnly, FileHash::Md5),
+            (None, listed) => listed.clone(),
+        };
+    }
+    Ok(())
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -7,7 +7,9 @@
 
 mod config;
 mod fetch;
+mod gcs_transport;
 mod listing;
+mod s3_checksum;
 #[cfg(test)]
 mod tests;
 
@@ -35,6 +37,17 @@ pub struct Store {
     /// A TensorRT-LLM serving model (`shapes::applies`): keep only this node's shape, the alias
     /// (`None`: the Node has no instance-type label).
     pub shape_filter: Option<Option<String>>,
+    /// Where the hashes OpenDAL's listing lacks come from.
+    checks: Checks,
+}
+
+/// The integrity sources beside OpenDAL's listing: S3's signed checksum HEADs, GCS's `crc32c` of the
+/// objects without `md5Hash` (tapped from the listing pages).
+#[derive(Clone, Debug)]
+enum Checks {
+    None,
+    S3(Box<s3_checksum::Heads>),
+    Gcs(std::sync::Arc<gcs_transport::Crc32cSeen>),
 }
 
 impl fmt::Debug for Store {
@@ -126,8 +139,12 @@ impl StoreError {
     fn from_opendal(what: &str, e: &opendal::Error) -> StoreError {
         use opendal::ErrorKind;
         let (what, reason) = (what.to_string(), e.to_string());
+        // A credential the signer could not turn into a signature (a token endpoint's refusal) is
+        // the credentials' fault, unless OpenDAL marks it temporary.
+        let signing = reason.contains("called: reqsign::Sign") && !e.is_temporary();
         match e.kind() {
             ErrorKind::PermissionDenied => StoreError::Denied { what, reason },
+            ErrorKind::Unexpected if signing => StoreError::Denied { what, reason },
             ErrorKind::NotFound => StoreError::NotFound { what },
             ErrorKind::RateLimited => StoreError::RateLimited { what, retry_after_ms: None },
             _ if e.is_temporary() => StoreError::Temporary { what, reason },

@@ -87,3 +87,30 @@ fn failures_say_whether_to_retry_now_later_or_slowly() {
     assert_eq!(empty.to_string(), "no objects under s3://b/p");
     assert!(empty.retry_slowly());
 }
+
+#[test]
+fn oci_auth_defaults_to_instance_principal_and_refuses_the_other_principals_clearly() {
+    let oci = StorageUri::parse("oci://n/ns/b/models/o/llama").unwrap();
+    let instance = open(&oci, &auth(&[("region", "us-ashburn-1")], None), client()).unwrap();
+    assert_eq!(instance.label, "oci://n/ns/b/models/o/llama");
+    let resource = open(&oci, &auth(&[("auth", "ResourcePrincipal")], None), client()).unwrap_err();
+    assert_eq!(resource, "OCI: auth ResourcePrincipal is not supported yet");
+    let workload = open(&oci, &auth(&[("auth", "OkeWorkloadIdentity")], None), client()).unwrap_err();
+    assert!(workload.contains("OkeWorkloadIdentity is not supported yet"), "{workload}");
+    let typo = open(&oci, &auth(&[("auth", "instance_principal")], None), client()).unwrap_err();
+    assert!(typo.contains("not one of UserPrincipal, InstancePrincipal"), "{typo}");
+    let user = open(&oci, &auth(&[("auth", "UserPrincipal")], Some(&[("tenancy", "t")])), client()).unwrap_err();
+    assert!(user.contains("lacks user"), "{user}");
+}
+
+#[test]
+fn a_refused_token_exchange_is_denied_and_a_temporary_one_is_not() {
+    let refused = opendal::Error::new(opendal::ErrorKind::Unexpected, "signing http request")
+        .with_context("called", "reqsign::Sign");
+    let denied = StoreError::from_opendal("listing gs://b/p", &refused);
+    assert!(matches!(denied, StoreError::Denied { .. }) && denied.retry_slowly(), "{denied:?}");
+    let flaky = opendal::Error::new(opendal::ErrorKind::Unexpected, "signing http request")
+        .with_context("called", "reqsign::Sign")
+        .set_temporary();
+    assert!(StoreError::from_opendal("listing gs://b/p", &flaky).retry_now());
+}

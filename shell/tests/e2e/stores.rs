@@ -134,12 +134,17 @@ fn t27_az_from_azurite_with_an_account_key_and_a_wrong_one() {
 
 /// A TCP proxy on loopback in front of `upstream` (`host:port`) that passes the server's bytes at
 /// most `rate` bytes a second (0: as fast as they come) and counts them: a slow network, so that
-/// a download can be killed or deleted half-way. Connections live until either side closes.
+/// a download can be killed or deleted half-way. Connections live until either side closes. It
+/// also keeps the `Authorization` values of the requests it passes (the bodies the agent sends
+/// are empty, so the client's bytes are request heads).
 struct Throttle {
     port: u16,
     served: std::sync::Arc<std::sync::atomic::AtomicU64>,
     rate: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    authorizations: Heads,
 }
+
+type Heads = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
 
 impl Throttle {
     fn start(upstream: &str, rate: u64) -> Throttle {
@@ -148,17 +153,22 @@ impl Throttle {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let (served, rate) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(rate)));
-        let (s, r, upstream) = (served.clone(), rate.clone(), upstream.to_string());
+        let authorizations = Heads::default();
+        let (s, r, a, upstream) = (served.clone(), rate.clone(), authorizations.clone(), upstream.to_string());
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
                 let Ok(server) = std::net::TcpStream::connect(&upstream) else { continue };
-                let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-                std::thread::spawn(move || pipe(c2, s2, None));
+                let (c2, s2, a) = (client.try_clone().unwrap(), server.try_clone().unwrap(), a.clone());
+                std::thread::spawn(move || pipe(c2, s2, Direction::Up(a)));
                 let (s, r) = (s.clone(), r.clone());
-                std::thread::spawn(move || pipe(server, client, Some((s, r))));
+                std::thread::spawn(move || pipe(server, client, Direction::Down(s, r)));
             }
         });
-        Throttle { port, served, rate }
+        Throttle { port, served, rate, authorizations }
+    }
+
+    fn authorizations(&self) -> Vec<String> {
+        self.authorizations.lock().unwrap().clone()
     }
 
     fn served(&self) -> u64 {
@@ -170,23 +180,45 @@ impl Throttle {
     }
 }
 
-type Counted = (std::sync::Arc<std::sync::atomic::AtomicU64>, std::sync::Arc<std::sync::atomic::AtomicU64>);
+/// The client's side (its `Authorization` values kept), or the server's (counted and paced).
+enum Direction {
+    Up(Heads),
+    Down(std::sync::Arc<std::sync::atomic::AtomicU64>, std::sync::Arc<std::sync::atomic::AtomicU64>),
+}
 
-/// Copies `from` to `to` in 64 KiB steps; with `counted`, adds each step to the count and sleeps
-/// so that the rate holds.
-fn pipe(mut from: std::net::TcpStream, mut to: std::net::TcpStream, counted: Option<Counted>) {
+/// Copies `from` to `to` in 64 KiB steps; down, adds each step to the count and sleeps so that the
+/// rate holds; up, keeps the `Authorization` lines (a line cut between two reads is joined).
+fn pipe(mut from: std::net::TcpStream, mut to: std::net::TcpStream, direction: Direction) {
     use std::io::{Read, Write};
     use std::sync::atomic::Ordering;
     let mut buf = vec![0u8; 64 << 10];
+    let mut line = Vec::new();
     while let Ok(n) = from.read(&mut buf) {
         if n == 0 || to.write_all(&buf[..n]).is_err() {
             break;
         }
-        if let Some((served, rate)) = &counted {
-            served.fetch_add(n as u64, Ordering::SeqCst);
-            let rate = rate.load(Ordering::SeqCst);
-            if rate > 0 {
-                std::thread::sleep(Duration::from_secs_f64(n as f64 / rate as f64));
+        match &direction {
+            Direction::Down(served, rate) => {
+                served.fetch_add(n as u64, Ordering::SeqCst);
+                let rate = rate.load(Ordering::SeqCst);
+                if rate > 0 {
+                    std::thread::sleep(Duration::from_secs_f64(n as f64 / rate as f64));
+                }
+            }
+            Direction::Up(heads) => {
+                for &byte in &buf[..n] {
+                    if byte != b'\n' {
+                        line.push(byte);
+                        continue;
+                    }
+                    let text = String::from_utf8_lossy(&line).trim().to_string();
+                    if let Some((name, value)) = text.split_once(':')
+                        && name.eq_ignore_ascii_case("authorization")
+                    {
+                        heads.lock().unwrap().push(value.trim().to_string());
+                    }
+                    line.clear();
+                }
             }
         }
     }
@@ -406,7 +438,8 @@ fn t29_a_tensorrt_llm_model_fetches_only_its_node_s_shape() {
 /// itself checked against OCI's Python SDK by `scripts/fakeoci-check`): a 429 first, one object's
 /// bytes wrong once (MD5 mismatch, fetched again), one cut short once (resumed), a multipart object
 /// with `opc-meta-md5` and one without; Ready with every file's bytes. Another key is Failed with
-/// OCI's NotAuthenticated. A delete trashes the directory.
+/// OCI's NotAuthenticated. A model without `auth` (InstancePrincipal) is Ready through the fake's
+/// metadata and federation services. A delete trashes the directory.
 #[test]
 #[ignore = "needs a real kube-apiserver: run by scripts/e2e"]
 fn t30_oci_from_the_fake_object_storage_with_an_api_key() {
@@ -428,13 +461,11 @@ fn t30_oci_from_the_fake_object_storage_with_an_api_key() {
     let n = "e2e-store-oci";
     node(n);
     let root = scratch("e2e-store-oci-root");
-    let agent = Agent::launch(
-        Command::new(env!("CARGO_BIN_EXE_model-agent")),
-        &var("AGENT_KUBECONFIG"),
-        n,
-        &root,
-        &["--multipart-threshold", "2097152"],
-    );
+    // The fake's metadata and federation services stand in for the instance's (InstancePrincipal).
+    let mut command = Command::new(env!("CARGO_BIN_EXE_model-agent"));
+    command.env("OCI_METADATA_BASE_URL", oci.metadata_base_url());
+    command.env("OCI_SDK_AUTH_CLIENT_REGION_URL", oci.federation_base_url());
+    let agent = Agent::launch(command, &var("AGENT_KUBECONFIG"), n, &root, &["--multipart-threshold", "2097152"]);
     let uri = format!("oci://n/{}/b/models/o/llama", oci.namespace());
     let (ok, other, dest) = ("e2e-store-oci-ok", "e2e-store-oci-other", root.join("llama"));
     apply(&model(ok, n, &uri, &dest, &oci_extra("e2e-oci", oci.endpoint())));
@@ -459,7 +490,204 @@ fn t30_oci_from_the_fake_object_storage_with_an_api_key() {
     assert!(w1 < (6 << 20) + (200 << 10), "w1's cut part resumed, not fetched again: {w1} bytes");
     wait_until("another key Failed", Duration::from_secs(60), || status(n, other) == "Failed");
     assert!(reason(n, other).contains("NotAuthenticated"), "{}", reason(n, other));
-    kubectl(&["delete", "clusterbasemodel", ok, other]);
-    wait_until("the directory trashed", Duration::from_secs(30), || !dest.exists() && trash_entries(&root) == 1);
+    // No `auth`: OME's default, InstancePrincipal, with the fake instance's identity and no Secret.
+    let (instance, instance_dest) = ("e2e-store-oci-instance", root.join("instance"));
+    let endpoint = format!(", parameters: {{region: us-ashburn-1, endpoint: \"{}\"}}", oci.endpoint());
+    apply(&model(instance, n, &uri, &instance_dest, &endpoint));
+    wait_until("the InstancePrincipal model Ready", Duration::from_secs(90), || status(n, instance) == "Ready");
+    let expected = oci.object("models", "llama/w1.bin").unwrap().content.to_vec().unwrap();
+    assert!(std::fs::read(instance_dest.join("w1.bin")).unwrap() == expected, "w1.bin: other bytes");
+    assert!(oci.tokens_issued() >= 1, "a session token from the fake federation");
+    kubectl(&["delete", "clusterbasemodel", ok, other, instance]);
+    wait_until("the directories trashed", Duration::from_secs(30), || {
+        !dest.exists() && !instance_dest.exists() && trash_entries(&root) == 2
+    });
+    agent.stop();
+}
+
+/// A node `n`, its models root, and the fixture uploaded under `prefix` of `scheme`'s server.
+fn staged(n: &str, scheme: &'static str, prefix: &str) -> (PathBuf, Vec<(String, Vec<u8>)>, Reach) {
+    super::setup();
+    node(n);
+    let (root, fixtures) = (scratch(&format!("{n}-root")), scratch(&format!("{n}-fixture")));
+    let files = fixture(&fixtures);
+    let reach = Reach::of(scheme);
+    reach.upload(prefix, &fixtures);
+    (root, files, reach)
+}
+
+/// s3s-fs's own record of an object (`scripts/object-stores` notes where it is): its ETag and checksums.
+fn s3s_record(bucket: &str, key: &str) -> PathBuf {
+    use base64::Engine as _;
+    let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+    let root = PathBuf::from(var("OBJECT_STORES_STATE")).join("s3");
+    root.join(format!(".bucket-{}.object-{}.internal.json", b64(bucket), b64(key)))
+}
+
+/// S3's whole-object `x-amz-checksum-sha256` (sent by `scripts/object-stores put`, answered by s3s-fs
+/// to the agent's signed HEAD with `x-amz-checksum-mode: ENABLED`) is what the agent checks: a model
+/// is Ready; once the recorded checksum of one object is changed (its bytes and ETag untouched, so
+/// an MD5 check would pass), another model of it is Failed with a sha256 mismatch, counted among
+/// OME's verification failures.
+#[test]
+#[ignore = "needs a real kube-apiserver and the object stores: run by scripts/e2e"]
+fn t31_s3_objects_are_checked_by_their_sha256_checksum() {
+    let n = "e2e-store-s3-sha256";
+    let (root, files, reach) = staged(n, "s3", "sha/v1");
+    let command = Command::new(env!("CARGO_BIN_EXE_model-agent"));
+    let agent = Agent::launch(command, &var("AGENT_KUBECONFIG"), n, &root, &["--multipart-threshold", "2097152"]);
+    let (ok, bad) = (format!("{n}-ok"), format!("{n}-bad"));
+    apply(&model(&ok, n, &reach.uri("sha/v1"), &root.join("ok"), &reach.extra(&reach.upstream)));
+    wait_until("the model Ready", Duration::from_secs(90), || status(n, &ok) == "Ready");
+    assert_same_files(&files, &root.join("ok"));
+    let record_path = s3s_record(BUCKET, "sha/v1/tokenizer/vocab.txt");
+    let mut record: serde_json::Value = serde_json::from_slice(&std::fs::read(&record_path).unwrap()).unwrap();
+    // sha256 of "other bytes", where s3s-fs keeps the one it checked at the upload.
+    record["checksum_sha256"] = "o+rV7trV34IxjFFoXbwcFHo20f+FhPyC3msI0L9jp5U=".into();
+    std::fs::write(&record_path, record.to_string()).unwrap();
+    apply(&model(&bad, n, &reach.uri("sha/v1"), &root.join("bad"), &reach.extra(&reach.upstream)));
+    wait_until("the tampered model Failed", Duration::from_secs(120), || status(n, &bad) == "Failed");
+    let why = reason(n, &bad);
+    assert!(why.contains("tokenizer/vocab.txt") && why.contains("sha256 a3ead5ee"), "{why}");
+    let labels = format!("model_type=\"ClusterBaseModel\",namespace=\"\",name=\"{bad}\"");
+    assert_eq!(agent.metric(&format!("model_agent_verifications_total{{{labels},result=\"failure\"}}")), 1.0);
+    assert!(agent.metric(&format!("model_agent_md5_checksum_failed_total{{{labels}}}")) >= 1.0, "the sha256 counter");
+    kubectl(&["delete", "clusterbasemodel", &ok, &bad]);
+    agent.stop();
+}
+
+/// What a service account's key is to the tests: its PKCS#8 PEM (for the JSON) and its PKCS#1
+/// public key (for the token endpoint's check).
+fn service_account_key() -> (String, Vec<u8>) {
+    use base64::Engine as _;
+    use rsa::pkcs1::EncodeRsaPublicKey;
+    use rsa::pkcs8::EncodePrivateKey;
+    let key = rsa::RsaPrivateKey::new(&mut rsa::rand_core::OsRng, 2048).unwrap();
+    let der = key.to_pkcs8_der().unwrap();
+    let body = base64::engine::general_purpose::STANDARD.encode(der.as_bytes());
+    let lines: Vec<&str> = body.as_bytes().chunks(64).map(|c| std::str::from_utf8(c).unwrap()).collect();
+    let pem = format!("-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n", lines.join("\n"));
+    (pem, key.to_public_key().to_pkcs1_der().unwrap().as_bytes().to_vec())
+}
+
+const SERVICE_ACCOUNT: &str = "e2e-reader@model-agent-test.iam.gserviceaccount.com";
+const ACCESS_TOKEN: &str = "ya29.e2e-access-token";
+
+/// A service account JSON as the Cloud console writes it, with `token_uri` pointing at the test's
+/// token endpoint.
+fn service_account_json(private_key_pem: &str, token_uri: &str) -> String {
+    serde_json::json!({
+        "type": "service_account", "project_id": "model-agent-test", "private_key_id": "e2e",
+        "private_key": private_key_pem, "client_email": SERVICE_ACCOUNT, "client_id": "1",
+        "auth_uri": "https://accounts.google.com/o/oauth2/auth", "token_uri": token_uri,
+    })
+    .to_string()
+}
+
+/// Checks one token request's JWT bearer assertion (RFC 7523, as Google's endpoint does): RS256
+/// signed by `public_key` (PKCS#1 DER), issued by the service account, for Google's token audience,
+/// not expired, with a scope.
+fn assertion_holds(body: &str, public_key: &[u8]) -> Result<(), String> {
+    use base64::Engine as _;
+    let field = |name: &str| {
+        let value = body.split('&').find_map(|kv| kv.strip_prefix(&format!("{name}=")))?;
+        Some(percent_encoding::percent_decode_str(&value.replace('+', " ")).decode_utf8_lossy().into_owned())
+    };
+    if field("grant_type").as_deref() != Some("urn:ietf:params:oauth:grant-type:jwt-bearer") {
+        return Err(format!("grant_type in {body:?}"));
+    }
+    let assertion = field("assertion").ok_or("no assertion")?;
+    let (signed, signature) = assertion.rsplit_once('.').ok_or("not a JWT")?;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let signature = b64.decode(signature).map_err(|e| e.to_string())?;
+    let key = ring::signature::UnparsedPublicKey::new(&ring::signature::RSA_PKCS1_2048_8192_SHA256, public_key);
+    key.verify(signed.as_bytes(), &signature).map_err(|_| "Invalid JWT Signature.".to_string())?;
+    let claims = b64.decode(signed.split('.').nth(1).ok_or("no claims")?).map_err(|e| e.to_string())?;
+    let claims: serde_json::Value = serde_json::from_slice(&claims).map_err(|e| e.to_string())?;
+    let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let fresh = claims["exp"].as_u64().is_some_and(|exp| exp > now_s);
+    let scoped = claims["scope"].as_str().is_some_and(|s| s.contains("devstorage"));
+    if claims["iss"] != SERVICE_ACCOUNT || claims["aud"] != "https://oauth2.googleapis.com/token" || !fresh || !scoped {
+        return Err(format!("claims {claims}"));
+    }
+    Ok(())
+}
+
+/// A token endpoint on loopback for one service account's key: a valid assertion gets
+/// `ACCESS_TOKEN`, anything else Google's 400 `invalid_grant`. Returns its URI and the outcomes.
+fn token_endpoint(public_key: Vec<u8>) -> (String, Heads) {
+    use std::io::{BufRead, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let uri = format!("http://{}/token", listener.local_addr().unwrap());
+    let outcomes = Heads::default();
+    let seen = outcomes.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+            let (mut line, mut length) = (String::new(), 0usize);
+            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                if let Some((name, value)) = line.split_once(':')
+                    && name.eq_ignore_ascii_case("content-length")
+                {
+                    length = value.trim().parse().unwrap_or(0).min(64 << 10);
+                }
+                line.clear();
+            }
+            let mut body = vec![0u8; length];
+            let _ = reader.read_exact(&mut body);
+            let outcome = assertion_holds(&String::from_utf8_lossy(&body), &public_key);
+            let (status, answer) = match &outcome {
+                Ok(()) => (
+                    "200 OK",
+                    serde_json::json!({"access_token": ACCESS_TOKEN, "expires_in": 3599, "token_type": "Bearer"}),
+                ),
+                Err(why) => {
+                    ("400 Bad Request", serde_json::json!({"error": "invalid_grant", "error_description": why}))
+                }
+            };
+            seen.lock().unwrap().push(outcome.map_or_else(|why| why, |()| "granted".into()));
+            let answer = answer.to_string();
+            let head = format!(
+                "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                answer.len()
+            );
+            let _ = (&stream).write_all(format!("{head}{answer}").as_bytes());
+        }
+    });
+    (uri, outcomes)
+}
+
+/// `gs://` with a service-account JSON in a Secret: OpenDAL's signer signs a JWT with the account's
+/// key and the agent sends it to the JSON's `token_uri` (a token endpoint of the test's, which checks
+/// the signature against the account's public key); the emulator (through a recording proxy: it
+/// shows no headers) sees every request with `Authorization: Bearer <that token>`, and the model is
+/// Ready. A Secret whose key the account does not have is Failed.
+#[test]
+#[ignore = "needs a real kube-apiserver and the object stores: run by scripts/e2e"]
+fn t32_gs_with_a_service_account_secret_gets_its_token_from_token_uri() {
+    let n = "e2e-store-gs-sa";
+    let (root, files, reach) = staged(n, "gs", "sa/v1");
+    let ((pem, public_key), (other_pem, _)) = (service_account_key(), service_account_key());
+    let (token_uri, outcomes) = token_endpoint(public_key);
+    apply(&secret("e2e-gs-sa", &[("sa.json", &service_account_json(&pem, &token_uri))]));
+    apply(&secret("e2e-gs-sa-other", &[("sa.json", &service_account_json(&other_pem, &token_uri))]));
+    let proxy = Throttle::start(&reach.upstream, 0);
+    let endpoint = format!("http://127.0.0.1:{}", proxy.port);
+    let extra = |secret: &str| format!(", key: {secret}, parameters: {{endpoint: \"{endpoint}\"}}");
+    let command = Command::new(env!("CARGO_BIN_EXE_model-agent"));
+    let agent = Agent::launch(command, &var("AGENT_KUBECONFIG"), n, &root, &[]);
+    let (ok, other) = (format!("{n}-ok"), format!("{n}-other"));
+    apply(&model(&ok, n, &reach.uri("sa/v1"), &root.join("ok"), &extra("e2e-gs-sa")));
+    wait_until("the model Ready", Duration::from_secs(90), || status(n, &ok) == "Ready");
+    assert_same_files(&files, &root.join("ok"));
+    let sent = proxy.authorizations();
+    assert!(!sent.is_empty() && sent.iter().all(|a| a == &format!("Bearer {ACCESS_TOKEN}")), "{sent:?}");
+    assert_eq!(outcomes.lock().unwrap().first().map(String::as_str), Some("granted"));
+    apply(&model(&other, n, &reach.uri("sa/v1"), &root.join("other"), &extra("e2e-gs-sa-other")));
+    wait_until("another key Failed", Duration::from_secs(90), || status(n, &other) == "Failed");
+    let why = reason(n, &other);
+    assert!(outcomes.lock().unwrap().iter().any(|o| o == "Invalid JWT Signature."), "{why}");
+    assert!(why.contains("access denied") && why.contains("Invalid JWT Signature"), "{why}");
+    kubectl(&["delete", "clusterbasemodel", &ok, &other]);
     agent.stop();
 }

@@ -36,6 +36,8 @@ pub enum AuthRefusal {
     /// `date` (or `x-date`) is unreadable or further from the server's clock than allowed.
     StaleDate(String),
     BodyHashMismatch,
+    /// `ST$<token>` with a token the fake federation issued that has expired or was revoked.
+    TokenExpired,
 }
 
 impl fmt::Display for AuthRefusal {
@@ -49,16 +51,19 @@ impl fmt::Display for AuthRefusal {
             AuthRefusal::BadSignature => write!(f, "the signature does not verify with the key"),
             AuthRefusal::StaleDate(why) => write!(f, "date: {why}"),
             AuthRefusal::BodyHashMismatch => write!(f, "x-content-sha256 is not the body's"),
+            AuthRefusal::TokenExpired => write!(f, "the security token has expired or was revoked"),
         }
     }
 }
 
-/// What the fake accepts: one key, one keyId.
+/// What the fake accepts: one API key (one keyId), and the session keys its federation registered
+/// (keyId `ST$<token>`, while the token is valid).
 #[derive(Clone, Debug)]
 pub(crate) struct Verifier {
     pub key_id: String,
     pub key: PublicKey,
     pub clock_skew_max: Duration,
+    pub sessions: std::sync::Arc<crate::instance::Sessions>,
 }
 
 /// The parts of a request a signature covers.
@@ -73,45 +78,58 @@ pub struct SignedRequest<'a> {
 
 impl Verifier {
     pub fn verify(&self, request: &SignedRequest<'_>, now: SystemTime) -> Result<(), AuthRefusal> {
-        let value = request.headers.get("authorization").ok_or(AuthRefusal::MissingAuthorization)?;
-        if value.len() > AUTHORIZATION_BYTES_MAX {
-            return Err(AuthRefusal::Malformed("too long".into()));
-        }
-        let value = value.to_str().map_err(|_| AuthRefusal::Malformed("not ASCII".into()))?;
-        let params = parse_authorization(value)?;
-        if params.key_id != self.key_id {
-            return Err(AuthRefusal::UnknownKeyId(params.key_id));
-        }
-        let date_header = required_headers(request, &params.headers)?;
-        let signing_string = signing_string(request, &params.headers)?;
-        let signature = BASE64.decode(&params.signature).map_err(|_| AuthRefusal::Malformed("signature".into()))?;
-        let key = UnparsedPublicKey::new(&RSA_PKCS1_2048_8192_SHA256, &self.key.pkcs1_der);
-        key.verify(signing_string.as_bytes(), &signature).map_err(|_| AuthRefusal::BadSignature)?;
-        self.check_date(request.headers, date_header, now)?;
-        if let Some(body) = request.body
-            && params.headers.iter().any(|h| h == "x-content-sha256")
-        {
-            let sent = request.headers.get("x-content-sha256").and_then(|v| v.to_str().ok()).unwrap_or("");
-            if sent != BASE64.encode(Sha256::digest(body)) {
-                return Err(AuthRefusal::BodyHashMismatch);
-            }
-        }
-        Ok(())
+        let key_for = |key_id: &str| match key_id.strip_prefix("ST$") {
+            Some(token) => self.sessions.key_for(token, now),
+            None if key_id == self.key_id => Ok(self.key.clone()),
+            None => Err(AuthRefusal::UnknownKeyId(key_id.to_owned())),
+        };
+        verify_signed(request, now, self.clock_skew_max, &GENERIC_HEADERS, &key_for)
     }
+}
 
-    fn check_date(&self, headers: &HeaderMap, name: &str, now: SystemTime) -> Result<(), AuthRefusal> {
-        let text = headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("");
-        let date = httpdate::parse_http_date(text)
-            .map_err(|_| AuthRefusal::StaleDate(format!("{name} {text:?} is not an HTTP date")))?;
-        let skew = now.duration_since(date).or_else(|e| Ok::<_, ()>(e.duration())).unwrap_or_default();
-        if skew > self.clock_skew_max {
-            let max_s = self.clock_skew_max.as_secs();
-            return Err(AuthRefusal::StaleDate(format!(
-                "{name} {text:?} is more than {max_s} s from the server's clock"
-            )));
-        }
-        Ok(())
+/// Checks `request`'s signature with the key `key_for` gives for its keyId: the signature must cover
+/// `generic` and a date, and the body headers for a request with a body.
+pub(crate) fn verify_signed(
+    request: &SignedRequest<'_>,
+    now: SystemTime,
+    clock_skew_max: Duration,
+    generic: &[&str],
+    key_for: &dyn Fn(&str) -> Result<PublicKey, AuthRefusal>,
+) -> Result<(), AuthRefusal> {
+    let value = request.headers.get("authorization").ok_or(AuthRefusal::MissingAuthorization)?;
+    if value.len() > AUTHORIZATION_BYTES_MAX {
+        return Err(AuthRefusal::Malformed("too long".into()));
     }
+    let value = value.to_str().map_err(|_| AuthRefusal::Malformed("not ASCII".into()))?;
+    let params = parse_authorization(value)?;
+    let key = key_for(&params.key_id)?;
+    let date_header = required_headers(request, &params.headers, generic)?;
+    let signing_string = signing_string(request, &params.headers)?;
+    let signature = BASE64.decode(&params.signature).map_err(|_| AuthRefusal::Malformed("signature".into()))?;
+    let verifier = UnparsedPublicKey::new(&RSA_PKCS1_2048_8192_SHA256, &key.pkcs1_der);
+    verifier.verify(signing_string.as_bytes(), &signature).map_err(|_| AuthRefusal::BadSignature)?;
+    check_date(request.headers, date_header, now, clock_skew_max)?;
+    if let Some(body) = request.body
+        && params.headers.iter().any(|h| h == "x-content-sha256")
+    {
+        let sent = request.headers.get("x-content-sha256").and_then(|v| v.to_str().ok()).unwrap_or("");
+        if sent != BASE64.encode(Sha256::digest(body)) {
+            return Err(AuthRefusal::BodyHashMismatch);
+        }
+    }
+    Ok(())
+}
+
+fn check_date(headers: &HeaderMap, name: &str, now: SystemTime, clock_skew_max: Duration) -> Result<(), AuthRefusal> {
+    let text = headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let date = httpdate::parse_http_date(text)
+        .map_err(|_| AuthRefusal::StaleDate(format!("{name} {text:?} is not an HTTP date")))?;
+    let skew = now.duration_since(date).or_else(|e| Ok::<_, ()>(e.duration())).unwrap_or_default();
+    if skew > clock_skew_max {
+        let max_s = clock_skew_max.as_secs();
+        return Err(AuthRefusal::StaleDate(format!("{name} {text:?} is more than {max_s} s from the server's clock")));
+    }
+    Ok(())
 }
 
 /// PutObject (`/o/{name}`) and UploadPart (`/u/{name}`) bodies need not be signed.
@@ -121,11 +139,15 @@ fn body_exempt(request: &SignedRequest<'_>) -> bool {
 }
 
 /// Checks the signature covers what OCI requires; returns the date header it covers.
-fn required_headers(request: &SignedRequest<'_>, signed: &[String]) -> Result<&'static str, AuthRefusal> {
+fn required_headers(
+    request: &SignedRequest<'_>,
+    signed: &[String],
+    generic: &[&str],
+) -> Result<&'static str, AuthRefusal> {
     let covers = |name: &str| signed.iter().any(|h| h == name);
     let missing = |name: &str| AuthRefusal::MissingSignedHeader(name.to_owned());
     let date = if covers("x-date") { "x-date" } else { "date" };
-    for name in GENERIC_HEADERS.iter().chain([&date]) {
+    for name in generic.iter().chain([&date]) {
         if !covers(name) {
             return Err(missing(name));
         }
@@ -210,10 +232,23 @@ pub fn sign_request(
     headers: &mut HeaderMap,
     body: Option<&[u8]>,
 ) {
+    sign_request_with(key, key_id, (method, path_and_query), headers, body, &["date", "(request-target)", "host"]);
+}
+
+/// `sign_request` with the generic headers given: the federation request signs `date (request-target)`
+/// without `host`, as the SDKs do.
+pub fn sign_request_with(
+    key: &PrivateKey,
+    key_id: &str,
+    (method, path_and_query): (&Method, &str),
+    headers: &mut HeaderMap,
+    body: Option<&[u8]>,
+    generic: &[&str],
+) {
     if !headers.contains_key("date") {
         headers.insert("date", httpdate::fmt_http_date(SystemTime::now()).parse().expect("ASCII"));
     }
-    let mut signed: Vec<String> = ["date", "(request-target)", "host"].map(String::from).to_vec();
+    let mut signed: Vec<String> = generic.iter().map(|h| h.to_string()).collect();
     if let Some(body) = body {
         headers.insert("x-content-sha256", BASE64.encode(Sha256::digest(body)).parse().expect("ASCII"));
         headers.insert("content-length", body.len().into());
@@ -238,7 +273,7 @@ mod tests {
     fn verifier() -> Verifier {
         let key = PublicKey::from_pem(test_keys::PUBLIC_KEY_PEM).unwrap();
         let key_id = format!("{}/{}/{}", test_keys::TENANCY, test_keys::USER, key.fingerprint);
-        Verifier { key_id, key, clock_skew_max: Duration::from_secs(300) }
+        Verifier { key_id, key, clock_skew_max: Duration::from_secs(300), sessions: Default::default() }
     }
 
     fn signed_headers(key_pem: &str, method: &Method, target: &str, body: Option<&[u8]>) -> HeaderMap {

@@ -18,6 +18,7 @@ mod api;
 mod auth;
 mod faults;
 mod fixtures;
+mod instance;
 mod keys;
 mod serve;
 
@@ -39,14 +40,15 @@ use axum::response::Response;
 use axum::routing::get;
 use tokio::sync::oneshot;
 
-pub use auth::{AuthRefusal, SignedRequest, sign_request, signing_string};
+pub use auth::{AuthRefusal, SignedRequest, sign_request, sign_request_with, signing_string};
 pub use faults::{Fault, Faults, ObjectBytes, RequestRecord};
 pub use fixtures::{BucketFixture, Fixtures, ObjectFixture, StoredObject};
-pub use keys::{PrivateKey, PublicKey, fingerprint_of_spki, test_keys};
+pub use instance::InstanceConfig;
+pub use keys::{CertificateParts, PrivateKey, PublicKey, certificate_parts, fingerprint_of_spki, test_keys};
 pub use model_agent_fakehub::{Content, pattern_bytes};
 
 /// A request body (POST, PUT, PATCH) larger than this is refused (413) before its signature is checked.
-const REQUEST_BODY_BYTES_MAX: usize = 1 << 20;
+pub(crate) const REQUEST_BODY_BYTES_MAX: usize = 1 << 20;
 
 /// Server settings; `Config::default()` accepts the crate's test key (`test_keys`).
 #[derive(Clone, Debug)]
@@ -66,6 +68,8 @@ pub struct Config {
     pub bind_ip: IpAddr,
     /// 0: any free port.
     pub port: u16,
+    /// The fake instance behind the metadata and federation endpoints (InstancePrincipal).
+    pub instance: InstanceConfig,
 }
 
 impl Default for Config {
@@ -81,6 +85,7 @@ impl Default for Config {
             worker_threads: 2,
             bind_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             port: 0,
+            instance: InstanceConfig::default(),
         }
     }
 }
@@ -88,6 +93,7 @@ impl Default for Config {
 pub(crate) struct Shared {
     pub(crate) buckets: BTreeMap<String, BTreeMap<String, Arc<StoredObject>>>,
     pub(crate) verifier: auth::Verifier,
+    pub(crate) sessions: Arc<instance::Sessions>,
     pub(crate) faults: Faults,
     pub(crate) log: faults::RequestLog,
     pub(crate) bytes: faults::ByteCounters,
@@ -125,11 +131,13 @@ impl FakeOci {
         let key = PublicKey::from_pem(&config.public_key_pem).map_err(io::Error::other)?;
         let key_id = format!("{}/{}/{}", config.tenancy, config.user, key.fingerprint);
         let clock_skew_max = Duration::from_secs(config.clock_skew_max_s);
+        let sessions = Arc::new(instance::Sessions::default());
         let listener = std::net::TcpListener::bind(SocketAddr::new(config.bind_ip, config.port))?;
         listener.set_nonblocking(true)?;
         let shared = Arc::new(Shared {
             buckets: build_buckets(&fixtures)?,
-            verifier: auth::Verifier { key_id, key, clock_skew_max },
+            verifier: auth::Verifier { key_id, key, clock_skew_max, sessions: sessions.clone() },
+            sessions,
             faults: Faults::default(),
             log: faults::RequestLog::new(config.requests_max),
             bytes: faults::ByteCounters::default(),
@@ -198,6 +206,26 @@ impl FakeOci {
         self.shared.bytes.snapshot()
     }
 
+    /// The fake instance metadata service's base, for `OCI_METADATA_BASE_URL`: `http://127.0.0.1:PORT/opc/v2`.
+    pub fn metadata_base_url(&self) -> String {
+        format!("{}/opc/v2", self.shared.endpoint)
+    }
+
+    /// The fake federation service's base (it answers `POST {base}/v1/x509`): the endpoint itself.
+    pub fn federation_base_url(&self) -> &str {
+        &self.shared.endpoint
+    }
+
+    /// Security tokens the fake federation issued so far.
+    pub fn tokens_issued(&self) -> u64 {
+        self.shared.sessions.issued()
+    }
+
+    /// Every token issued so far stops working: requests signed with it get 401.
+    pub fn revoke_tokens(&self) {
+        self.shared.sessions.revoke_all();
+    }
+
     /// Forgets the request log and the byte counters.
     pub fn clear_requests(&self) {
         self.shared.log.clear();
@@ -235,7 +263,21 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/n/{namespace}/b/{bucket}/o/{*object}", get(api::object).head(api::object))
         .fallback(api::not_found)
         .layer(middleware::from_fn_with_state(shared.clone(), observe));
-    admin::router().merge(observed).with_state(shared)
+    let identity = instance::router().layer(middleware::from_fn_with_state(shared.clone(), observe_identity));
+    admin::router().merge(identity).merge(observed).with_state(shared)
+}
+
+/// Logs a metadata or federation request (the federation's refusal reason included); they carry no
+/// Object Storage signature and get no Object Storage faults.
+async fn observe_identity(State(shared): State<Arc<Shared>>, request: Request, next: Next) -> Response {
+    let request_id = format!("fakeoci-{:016x}", shared.request_ids.fetch_add(1, Ordering::Relaxed) + 1);
+    let mut record = request_record(&request, &request_id);
+    let mut response = next.run(request).await;
+    record.auth_refused = response.extensions().get::<instance::RefusalNote>().map(|note| note.0.clone());
+    response.headers_mut().insert("opc-request-id", HeaderValue::from_str(&request_id).expect("ASCII"));
+    record.status = response.status().as_u16();
+    shared.log.push(record);
+    response
 }
 
 /// Logs every request, answers the armed request faults (429, 503), checks the signature (401), and tags

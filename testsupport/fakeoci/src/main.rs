@@ -1,5 +1,6 @@
 //! `fakeoci`: runs the fake Object Storage by hand or for a script. Prints one JSON line (endpoint,
-//! namespace, keyId, tenancy, user, fingerprint, admin), then serves until killed.
+//! namespace, keyId, tenancy, user, fingerprint, admin, and the InstancePrincipal's metadata and
+//! federation bases), then serves until killed.
 //!
 //! ```text
 //! fakeoci [--port P] [--namespace NS] [--page-size N] [--public-key PEM_FILE] [--tenancy OCID] [--user OCID]
@@ -42,6 +43,7 @@ fn main() -> ExitCode {
         "endpoint": oci.endpoint(), "namespace": oci.namespace(), "key_id": oci.key_id(),
         "tenancy": args.config.tenancy, "user": args.config.user, "fingerprint": oci.fingerprint(),
         "admin": format!("{}/_fakeoci", oci.endpoint()),
+        "metadata": oci.metadata_base_url(), "federation": oci.federation_base_url(),
     });
     println!("{line}");
     loop {

@@ -4,11 +4,12 @@ argv[1]: a JSON file {"endpoint", "bucket", "prefix", "tenancy", "user", "finger
 "wrong_key_file", "range": [first, last]}.
 Prints one JSON object: {"version", "namespace", "listing": [{name, size, md5, etag}], "objects": {name:
 {"head": {header: value}, "md5_hex", "size", "range": {"status", "content_range", "hex"}}}, "wrong_key":
-{"status", "code"}, "rate_limited": {"status"}}.
+{"status", "code"}, "rate_limited": {"status"}, "instance_principal": {"tenancy", "listed"}}.
 """
 
 import hashlib
 import json
+import os
 import sys
 import urllib.request
 
@@ -82,6 +83,17 @@ def rate_limited_then_served(storage, namespace, spec, name):
     return {"status": storage.head_object(namespace, spec["bucket"], name).status}
 
 
+def instance_principal(spec):
+    """The SDK's InstancePrincipalsSecurityTokenSigner through the fake's metadata (OCI_METADATA_BASE_URL)
+    and federation services; then a listing signed with its session token."""
+    os.environ["OCI_METADATA_BASE_URL"] = spec["endpoint"] + "/opc/v2"
+    signer = oci.auth.signers.InstancePrincipalsSecurityTokenSigner(
+        federation_endpoint=spec["endpoint"] + "/v1/x509")
+    storage = oci.object_storage.ObjectStorageClient({}, signer=signer, service_endpoint=spec["endpoint"])
+    page = storage.list_objects(storage.get_namespace().data, spec["bucket"], prefix=spec["prefix"]).data
+    return {"tenancy": signer.tenancy_id, "listed": len(page.objects)}
+
+
 def main():
     with open(sys.argv[1]) as spec_file:
         spec = json.load(spec_file)
@@ -99,6 +111,7 @@ def main():
         "objects": read,
         "wrong_key": wrong_key,
         "rate_limited": rate_limited_then_served(storage, namespace, spec, objects[0]["name"]),
+        "instance_principal": instance_principal(spec),
     }
     print(json.dumps(result))
 
