@@ -10,9 +10,7 @@ use model_agent_core::{Instant, step};
 
 #[path = "common/fold_stream.rs"]
 mod fold_stream;
-use fold_stream::{MODELS, objects, run, setup};
-
-const EVENTS: u64 = 1_000_000;
+use fold_stream::{EVENTS, MODELS, objects, run, setup};
 
 fn bench(c: &mut Criterion) {
     let objs = objects();

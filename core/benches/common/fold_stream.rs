@@ -1,5 +1,5 @@
 //! The fold benchmark's stream, shared by `benches/fold.rs` (criterion) and
-//! `examples/fold_count.rs` (instruction counts under valgrind), so both measure the same inputs:
+//! `examples/fold_instructions.rs` (instruction counts under valgrind), so both measure the same inputs:
 //! 10,000 models listed and Ready, then a mixed stream of watch updates, phantom deletes and
 //! their live-read answers, relist-style re-applies, effect outcomes and timer ticks.
 
@@ -12,6 +12,8 @@ use model_agent_core::prng::Prng;
 use model_agent_core::{Config, Effect, Instant, Kind, ModelKey, ModelObject, ModelSpec, State, Uid};
 
 pub const MODELS: usize = 10_000;
+/// Inputs folded after the setup, by the bench and by the instruction count.
+pub const EVENTS: u64 = 1_000_000;
 
 pub fn objects() -> Vec<ModelObject> {
     (0..MODELS)
