@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use crate::placement::{NodeSelectorRequirement, NodeSelectorTerm};
@@ -55,12 +56,36 @@ impl fmt::Display for Kind {
 
 /// A model's identity: kind, namespace (empty for cluster-scoped) and name.
 /// Names can be reused; every destructive decision also checks the [`Uid`].
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct ModelKey {
+///
+/// Interned: one shared allocation holds the parts and their hash, so a clone is a reference
+/// count, hashing writes one word, and comparing a key with a clone of itself (the core's maps,
+/// sets and timers hold clones of the key its object arrived with) never reads the text. Keys
+/// built apart compare by their text, as before. The parts read as fields (`key.name`).
+#[derive(Clone)]
+pub struct ModelKey(Arc<KeyParts>);
+
+/// The parts of a [`ModelKey`].
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+pub struct KeyParts {
     pub kind: Kind,
-    #[serde(default, skip_serializing_if = "str_is_empty")]
     pub namespace: Arc<str>,
     pub name: Arc<str>,
+    /// Of the three fields above; never compared (equal parts have equal hashes).
+    hash: u64,
+}
+
+/// The serialised shape of a key (traces, effects): `{"kind", "namespace"?, "name"}`.
+#[derive(Serialize, Deserialize)]
+struct KeyWire<'a> {
+    kind: Kind,
+    #[serde(default, skip_serializing_if = "str_is_empty", borrow)]
+    namespace: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    name: std::borrow::Cow<'a, str>,
+}
+
+fn str_is_empty(s: &std::borrow::Cow<str>) -> bool {
+    s.is_empty()
 }
 
 /// One shared empty namespace for every cluster-scoped key, not an allocation each.
@@ -69,17 +94,80 @@ fn empty() -> Arc<str> {
     EMPTY.with(Arc::clone)
 }
 
-fn str_is_empty(s: &Arc<str>) -> bool {
-    s.is_empty()
-}
-
 impl ModelKey {
     pub fn cluster(name: &str) -> Self {
-        ModelKey { kind: Kind::ClusterBaseModel, namespace: empty(), name: Arc::from(name) }
+        ModelKey::from_parts(Kind::ClusterBaseModel, empty(), Arc::from(name))
     }
 
     pub fn namespaced(namespace: &str, name: &str) -> Self {
-        ModelKey { kind: Kind::BaseModel, namespace: Arc::from(namespace), name: Arc::from(name) }
+        ModelKey::from_parts(Kind::BaseModel, Arc::from(namespace), Arc::from(name))
+    }
+
+    fn from_parts(kind: Kind, namespace: Arc<str>, name: Arc<str>) -> Self {
+        let mut h = rustc_hash::FxHasher::default();
+        (kind, &*namespace, &*name).hash(&mut h);
+        ModelKey(Arc::new(KeyParts { kind, namespace, name, hash: h.finish() }))
+    }
+}
+
+impl ModelKey {
+    /// The hash of the parts: equal keys have equal fingerprints.
+    pub(crate) fn fingerprint(&self) -> u64 {
+        self.0.hash
+    }
+}
+
+impl std::ops::Deref for ModelKey {
+    type Target = KeyParts;
+    fn deref(&self) -> &KeyParts {
+        &self.0
+    }
+}
+
+impl PartialEq for ModelKey {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || (self.hash == other.hash && *self.0 == *other.0)
+    }
+}
+
+impl Eq for ModelKey {}
+
+impl PartialOrd for ModelKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Kind, then namespace, then name (the hash is equal whenever those are).
+impl Ord for ModelKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        if Arc::ptr_eq(&self.0, &other.0) {
+            return std::cmp::Ordering::Equal;
+        }
+        (self.kind, &self.namespace, &self.name).cmp(&(other.kind, &other.namespace, &other.name))
+    }
+}
+
+impl Hash for ModelKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.0.hash);
+    }
+}
+
+impl Serialize for ModelKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let wire = KeyWire { kind: self.kind, namespace: (&*self.namespace).into(), name: (&*self.name).into() };
+        wire.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for ModelKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let wire = KeyWire::deserialize(d)?;
+        Ok(match wire.kind {
+            Kind::ClusterBaseModel if wire.namespace.is_empty() => ModelKey::cluster(&wire.name),
+            kind => ModelKey::from_parts(kind, Arc::from(&*wire.namespace), Arc::from(&*wire.name)),
+        })
     }
 }
 

@@ -113,8 +113,7 @@ struct NodeReads {
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum TimerKey {
-    /// Shared so that timer entries stay small in the ordered set.
-    Inc(Arc<(ModelKey, Uid)>),
+    Inc(IncTimer),
     ReadDeadline(EffectId),
     NodeReadRetry,
     RootProbe,
@@ -122,6 +121,42 @@ enum TimerKey {
     /// A snapshot soon after a shared copy lost its last member (the orphan sweep decides).
     Sweep,
     Purge(String),
+}
+
+/// An incarnation's timer. Ordered by the key's hash first, so that the ordered set compares
+/// two words, not two names (timers of one instant fire in any order: each only wakes its
+/// incarnation and marks its key, and the step sorts the keys it touched).
+#[derive(Clone, Debug)]
+struct IncTimer {
+    key: ModelKey,
+    uid: Uid,
+}
+
+impl IncTimer {
+    fn new(key: &ModelKey, uid: &Uid) -> TimerKey {
+        TimerKey::Inc(IncTimer { key: key.clone(), uid: uid.clone() })
+    }
+}
+
+impl PartialEq for IncTimer {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key && self.uid == other.uid
+    }
+}
+
+impl Eq for IncTimer {}
+
+impl PartialOrd for IncTimer {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for IncTimer {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        let hashed = |t: &IncTimer| t.key.fingerprint();
+        hashed(self).cmp(&hashed(other)).then_with(|| self.key.cmp(&other.key)).then_with(|| self.uid.cmp(&other.uid))
+    }
 }
 
 /// Per-kind list state.

@@ -400,7 +400,7 @@ fn drop_finished(
             slot.former.retain(|f| f.uid() != uid);
         }
         if let Some(at) = timer_at {
-            timers.remove(&(at, TimerKey::Inc(Arc::new((key.clone(), uid.clone())))));
+            timers.remove(&(at, IncTimer::new(key, uid)));
         }
         stats.cleanups_done += 1;
     }

@@ -34,8 +34,7 @@ impl State {
         while self.timers.get_min().is_some_and(|(at, _)| *at <= st.now) {
             let Some((_, key)) = self.timers.remove_min() else { break };
             match key {
-                TimerKey::Inc(id) => {
-                    let (key, uid) = (*id).clone();
+                TimerKey::Inc(IncTimer { key, uid }) => {
                     if let Some(inc) = self.slots.get_mut(&key).map(Arc::make_mut).and_then(|s| s.find_mut(&uid)) {
                         inc.timer_at = None;
                         inc.wake(st.now);
@@ -80,7 +79,7 @@ pub(super) fn sync_timers(timers: &mut OrdSet<(Instant, TimerKey)>, key: &ModelK
         if want == inc.timer_at {
             continue;
         }
-        let id = TimerKey::Inc(Arc::new((key.clone(), inc.uid().clone())));
+        let id = IncTimer::new(key, inc.uid());
         if let Some(at) = inc.timer_at {
             timers.remove(&(at, id.clone()));
         }
