@@ -22,9 +22,9 @@ mod timers;
 mod views;
 mod watch;
 
-use imbl::{OrdMap, OrdSet};
+use imbl::OrdMap;
 
-use crate::pcoll::{Map, Set};
+use crate::pcoll::{Map, RunSet, Set};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -211,7 +211,7 @@ pub struct State {
     breaker: Breaker,
     root: Option<RootProbe>,
     inflight: Map<EffectId, Owner>,
-    timers: OrdSet<(Instant, TimerKey)>,
+    timers: RunSet<(Instant, TimerKey)>,
     trash: OrdMap<String, Instant>,
     drift_started: bool,
     snapshot_inflight: Option<EffectId>,
@@ -287,7 +287,7 @@ impl State {
             breaker: Breaker::default(),
             root: None,
             inflight: Map::default(),
-            timers: OrdSet::new(),
+            timers: RunSet::new(),
             trash: OrdMap::new(),
             drift_started: false,
             snapshot_inflight: None,

@@ -190,7 +190,7 @@ fn registrations(slot: &Slot) -> Vec<(Arc<str>, Uid)> {
 pub(super) fn drive(
     env: &Env,
     emitter: &mut Emitter,
-    timers: &mut OrdSet<(Instant, TimerKey)>,
+    timers: &mut RunSet<(Instant, TimerKey)>,
     stats: &mut Stats,
     key: &ModelKey,
     slot: &mut Slot,
@@ -386,7 +386,7 @@ fn emit_actions(emitter: &mut Emitter, key: &ModelKey, slot: &mut Slot, actions:
 
 /// Incarnations confirmed gone with nothing left to remove leave the record, timers and all.
 fn drop_finished(
-    timers: &mut OrdSet<(Instant, TimerKey)>,
+    timers: &mut RunSet<(Instant, TimerKey)>,
     stats: &mut Stats,
     key: &ModelKey,
     slot: &mut Slot,

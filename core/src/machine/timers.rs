@@ -73,7 +73,7 @@ impl State {
     }
 }
 
-pub(super) fn sync_timers(timers: &mut OrdSet<(Instant, TimerKey)>, key: &ModelKey, slot: &mut Slot) {
+pub(super) fn sync_timers(timers: &mut RunSet<(Instant, TimerKey)>, key: &ModelKey, slot: &mut Slot) {
     for inc in slot.all_mut() {
         let want = inc.wake_at();
         if want == inc.timer_at {
