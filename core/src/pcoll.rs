@@ -7,6 +7,7 @@
 //! [`RunSet`], an ordered set for the timers, where a B-tree spent a thousand instructions on
 //! each insertion and each removal of the smallest element.
 
+use std::cmp::Ordering;
 use std::fmt;
 use std::sync::Arc;
 
@@ -61,8 +62,8 @@ impl<T: Ord + Clone> RunSet<T> {
     /// and the position in it.
     fn locate(&self, x: &T) -> (usize, usize) {
         // Runs are descending, and so are their last (smallest) elements.
-        let run = self.runs.partition_point(|r| r.last().is_some_and(|last| last > x));
-        let at = self.runs.get(run).map_or(0, |r| r.partition_point(|e| e > x));
+        let run = self.runs.partition_point(|r| r.last().is_some_and(|last| last.cmp(x) == Ordering::Greater));
+        let at = self.runs.get(run).map_or(0, |r| r.partition_point(|e| e.cmp(x) == Ordering::Greater));
         (run, at)
     }
 
