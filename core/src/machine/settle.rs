@@ -30,12 +30,17 @@ impl State {
             self.settle_key(st, key);
         }
         // Who owns a shared key may have changed with any of its claimants.
-        let mut colliders: Vec<ModelKey> = touched.iter().flat_map(|k| self.claims.colliders(&self.slots, k)).collect();
-        colliders.sort_unstable();
-        colliders.dedup();
-        colliders.retain(|k| touched.binary_search(k).is_err());
-        for key in &colliders {
-            self.settle_key(st, key);
+        let mut colliders: Vec<ModelKey> = Vec::new();
+        for key in &touched {
+            colliders.extend(self.claims.colliders(&self.slots, key));
+        }
+        if !colliders.is_empty() {
+            colliders.sort_unstable();
+            colliders.dedup();
+            colliders.retain(|k| touched.binary_search(k).is_err());
+            for key in &colliders {
+                self.settle_key(st, key);
+            }
         }
         self.settle_dir_members(st);
         if std::mem::take(&mut st.copy_released) {
@@ -142,15 +147,16 @@ impl State {
             dirs_trashing,
         };
         let before: Vec<(Arc<str>, Uid)> = registrations(slot);
-        let before_dirs: Vec<Arc<str>> = before.iter().map(|(d, _)| d.clone()).collect();
         st.copy_released |= drive(&env, &mut emitter, timers, stats, key, slot);
-        let gone: Vec<(Arc<str>, Uid)> =
-            before.into_iter().filter(|(_, uid)| !slot.all().any(|i| i.uid() == uid)).collect();
-        st.dir_affected.extend(shared::unregister(dirs, &gone));
+        if !before.is_empty() {
+            let gone: Vec<(Arc<str>, Uid)> =
+                before.iter().filter(|(_, uid)| !slot.all().any(|i| i.uid() == uid)).cloned().collect();
+            st.dir_affected.extend(shared::unregister(dirs, &gone));
+        }
         let held = contest.as_ref().is_some_and(|c| c.held_by.is_some());
         st.dir_affected.extend(shared::register(dirs, key, slot, &config.models_root, (node.as_deref(), held)));
         // A copy whose last user left (a delete, a switch to its own download): the sweep decides.
-        st.copy_released |= before_dirs.iter().any(|d| shared::copy_parts(d).is_some() && !dirs.contains_key(d));
+        st.copy_released |= before.iter().any(|(d, _)| shared::copy_parts(d).is_some() && !dirs.contains_key(d));
         sync_timers(timers, key, slot);
         if slot.is_empty() {
             reindex_slot(sync, key, None);
@@ -179,6 +185,9 @@ pub(super) struct Env<'a> {
 
 /// The directories a slot's incarnations are registered in.
 fn registrations(slot: &Slot) -> Vec<(Arc<str>, Uid)> {
+    if slot.all().all(|i| i.share.is_none()) {
+        return Vec::new();
+    }
     slot.all()
         .filter_map(|i| i.share.as_ref()?.registered.as_ref().map(|(dir, _)| (dir.clone(), i.uid().clone())))
         .collect()
@@ -243,8 +252,12 @@ pub(super) fn drive(
         }
     }
     note_collision(emitter, key, slot, held_by);
-    emit_cancels(emitter, slot, cancels);
-    emit_actions(emitter, key, slot, actions);
+    if !cancels.is_empty() {
+        emit_cancels(emitter, slot, cancels);
+    }
+    if !actions.is_empty() {
+        emit_actions(emitter, key, slot, actions);
+    }
     if !finished.is_empty() {
         drop_finished(timers, stats, key, slot, &finished);
         stats.candidates += normalize(slot, env.now, env.seq);

@@ -156,11 +156,13 @@ pub fn member_of(
     models_root: &str,
     (node, held): (Option<&NodeView>, bool),
 ) -> Option<(Arc<str>, Member)> {
-    let placed = !held
-        && matches!(inc.life, Life::Observed | Life::PendingConfirm { .. })
-        && eligible_now(inc, node) != Some(false);
+    let placed = || {
+        !held
+            && matches!(inc.life, Life::Observed | Life::PendingConfirm { .. })
+            && eligible_now(inc, node) != Some(false)
+    };
     let plan = match (inc.obj.spec(), &inc.dest) {
-        (Some(spec), Ok(Some(dest))) if placed && spec.uri.as_ref().is_ok_and(|u| u.downloads()) => {
+        (Some(spec), Ok(Some(dest))) if spec.uri.as_ref().is_ok_and(|u| u.downloads()) && placed() => {
             planned(inc, spec, dest, models_root).ok()
         }
         _ => None,
