@@ -230,6 +230,9 @@ pub struct State {
     backlog: imbl::Vector<Effect>,
     /// The `now` of the latest step: time never goes backwards.
     now_last: Instant,
+    /// Why a live read that timed out failed (from the config), kept rather than formatted
+    /// for every timeout.
+    read_timed_out: Arc<str>,
 }
 
 /// What one step returns: effects for the shell to execute, in order, and notes for people
@@ -274,6 +277,7 @@ impl State {
     pub fn new(config: Config) -> State {
         State {
             prng: Prng::new(config.seed),
+            read_timed_out: Arc::from(format!("live read timed out after {} ms", config.live_read_timeout_ms)),
             config: Arc::new(config),
             effect_id_next: 1,
             seq: 0,

@@ -88,7 +88,7 @@ impl State {
         match (end, is_list) {
             (ReadEnd::TimedOut, _) => {
                 self.stats.reads_timed_out += 1;
-                Err(format!("live read timed out after {} ms", self.config.live_read_timeout_ms))
+                Err(self.read_timed_out.to_string())
             }
             (ReadEnd::Get(ReadResult::Failed(reason)), false) | (ReadEnd::List(ListResult::Failed(reason)), true) => {
                 Err(reason)
