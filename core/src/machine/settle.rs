@@ -222,6 +222,12 @@ pub(super) fn drive(
         if !running && (inc.inflight.is_some() || inc.blocked_until.is_some_and(|t| t > env.now)) {
             continue;
         }
+        if !running && holds_quietly(env, key, inc, is_current) {
+            if is_current {
+                held_by = None;
+            }
+            continue;
+        }
         // Read when the current one decides: a former one may have just left a directory
         // others use (`share_step`) and be dropped below, with nothing else to wake this key.
         let former_owns_dir = is_current && slot.former.iter().any(owns_unreserved_dir);
@@ -322,6 +328,15 @@ fn share_step(inc: &mut Incarnation, ctx: &Context, want: &Want) -> bool {
         }
     }
     copy_released
+}
+
+/// Nothing to decide for an incarnation that waits (for a live read, or for every kind's list:
+/// `want` holds) and uses no directory (`share_step` has nothing to read): the common case,
+/// decided without building its context.
+fn holds_quietly(env: &Env, key: &ModelKey, inc: &Incarnation, is_current: bool) -> bool {
+    let held = is_current && env.contest.is_some_and(|c| c.held_by.is_some());
+    (!env.synced || inc.is_pending())
+        && shared::member_of(key, inc, &env.config.models_root, (env.node, held)).is_none()
 }
 
 /// What the rest of the state contributes to one incarnation's decision.
