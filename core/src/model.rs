@@ -72,6 +72,9 @@ pub struct KeyParts {
     pub name: Arc<str>,
     /// Of the three fields above; never compared (equal parts have equal hashes).
     hash: u64,
+    /// The first 16 bytes of the name, zero-padded, as two big-endian words: names that differ
+    /// there compare as two integers.
+    name_words: [u64; 2],
 }
 
 /// The serialised shape of a key (traces, effects): `{"kind", "namespace"?, "name"}`.
@@ -106,7 +109,15 @@ impl ModelKey {
     fn from_parts(kind: Kind, namespace: Arc<str>, name: Arc<str>) -> Self {
         let mut h = rustc_hash::FxHasher::default();
         (kind, &*namespace, &*name).hash(&mut h);
-        ModelKey(Arc::new(KeyParts { kind, namespace, name, hash: h.finish() }))
+        let word = |at: usize| {
+            let mut bytes = [0u8; 8];
+            for (i, b) in name.bytes().skip(at).take(8).enumerate() {
+                bytes[i] = b;
+            }
+            u64::from_be_bytes(bytes)
+        };
+        let name_words = [word(0), word(8)];
+        ModelKey(Arc::new(KeyParts { kind, namespace, name, hash: h.finish(), name_words }))
     }
 }
 
@@ -147,10 +158,16 @@ impl Ord for ModelKey {
         let namespace = |a: &Arc<str>, b: &Arc<str>| {
             if Arc::ptr_eq(a, b) { std::cmp::Ordering::Equal } else { text_cmp(a, b) }
         };
+        // Zero-padded prefixes that differ order as the texts do (the shorter text is the
+        // one padded where they first differ); equal ones need the texts.
+        let name = |a: &KeyParts, b: &KeyParts| match a.name_words.cmp(&b.name_words) {
+            std::cmp::Ordering::Equal => text_cmp(&a.name, &b.name),
+            unequal => unequal,
+        };
         self.kind
             .cmp(&other.kind)
             .then_with(|| namespace(&self.namespace, &other.namespace))
-            .then_with(|| text_cmp(&self.name, &other.name))
+            .then_with(|| name(&self.0, &other.0))
     }
 }
 

@@ -22,10 +22,16 @@ impl State {
         self.count_candidates(st);
         self.issue_node_read(st);
         let mut touched = self.issue_reads(st);
-        touched.extend(dirty);
-        touched.extend(std::mem::take(&mut st.dirty));
-        touched.sort_unstable();
-        touched.dedup();
+        let more = std::mem::take(&mut st.dirty);
+        if touched.is_empty() && more.is_empty() {
+            // Sorted and deduplicated already.
+            touched = dirty;
+        } else {
+            touched.extend(dirty);
+            touched.extend(more);
+            touched.sort_unstable();
+            touched.dedup();
+        }
         for key in &touched {
             self.settle_key(st, key);
         }
