@@ -535,8 +535,22 @@ mod tests {
     /// Keys order by kind, namespace and name as texts, whatever their lengths.
     #[test]
     fn keys_order_by_their_text() {
-        let texts =
-            ["", "a", "ab", "abcdefgh", "abcdefgh1", "abcdefgi", "abcdefghabcdefgh", "b", "model-01", "model-012"];
+        let texts = [
+            "",
+            "a",
+            "a\0",
+            "a\0b",
+            "ab",
+            "abcdefgh",
+            "abcdefgh1",
+            "abcdefgi",
+            "abcdefghabcdefgh",
+            "abcdefghabcdefgh1",
+            "abcdefghabcdefgg9",
+            "b",
+            "model-01",
+            "model-012",
+        ];
         for x in texts {
             for y in texts {
                 assert_eq!(text_cmp(x, y), x.cmp(y), "{x:?} {y:?}");
