@@ -88,7 +88,7 @@ impl State {
         match (end, is_list) {
             (ReadEnd::TimedOut, _) => {
                 self.stats.reads_timed_out += 1;
-                Err(self.read_timed_out.to_string())
+                Err(String::from(&*self.read_timed_out))
             }
             (ReadEnd::Get(ReadResult::Failed(reason)), false) | (ReadEnd::List(ListResult::Failed(reason)), true) => {
                 Err(reason)
