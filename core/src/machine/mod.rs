@@ -233,6 +233,8 @@ pub struct State {
     /// Why a live read that timed out failed (from the config), kept rather than formatted
     /// for every timeout.
     read_timed_out: Arc<str>,
+    /// An empty buffer for the next step's touched keys (its capacity only; a clone gets none).
+    spare_keys: Vec<ModelKey>,
 }
 
 /// What one step returns: effects for the shell to execute, in order, and notes for people
@@ -278,6 +280,7 @@ impl State {
         State {
             prng: Prng::new(config.seed),
             read_timed_out: Arc::from(format!("live read timed out after {} ms", config.live_read_timeout_ms)),
+            spare_keys: Vec::new(),
             config: Arc::new(config),
             effect_id_next: 1,
             seq: 0,
@@ -362,7 +365,7 @@ impl State {
             verdicts: Vec::new(),
             out: Vec::new(),
             notes: Vec::new(),
-            dirty: Vec::new(),
+            dirty: std::mem::take(&mut self.spare_keys),
             copy_released: false,
             dir_affected: Vec::new(),
         };
@@ -372,8 +375,12 @@ impl State {
         }
         self.on_input(&mut st, input);
         self.fire_timers(&mut st);
-        self.count_candidates(&mut st);
-        self.apply_verdicts(&mut st);
+        if st.candidates_here > 0 {
+            self.count_candidates(&mut st);
+        }
+        if !st.verdicts.is_empty() {
+            self.apply_verdicts(&mut st);
+        }
         self.settle(&mut st);
         let effects = self.release_effects(st.out);
         #[cfg(debug_assertions)]

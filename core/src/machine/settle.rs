@@ -13,13 +13,17 @@ impl State {
 
     pub(super) fn settle(&mut self, st: &mut Step) {
         let mut dirty = std::mem::take(&mut st.dirty);
-        dirty.sort_unstable();
-        dirty.dedup();
+        if dirty.len() > 1 {
+            dirty.sort_unstable();
+            dirty.dedup();
+        }
         for key in &dirty {
             self.prepare_key(st, key);
         }
         // Exits begun above count before any read for them is sent.
-        self.count_candidates(st);
+        if st.candidates_here > 0 {
+            self.count_candidates(st);
+        }
         self.issue_node_read(st);
         let mut touched = self.issue_reads(st);
         let more = std::mem::take(&mut st.dirty);
@@ -29,8 +33,10 @@ impl State {
         } else {
             touched.extend(dirty);
             touched.extend(more);
-            touched.sort_unstable();
-            touched.dedup();
+            if touched.len() > 1 {
+                touched.sort_unstable();
+                touched.dedup();
+            }
         }
         for key in &touched {
             self.settle_key(st, key);
@@ -48,9 +54,17 @@ impl State {
                 self.settle_key(st, key);
             }
         }
-        self.settle_dir_members(st);
+        if !st.dir_affected.is_empty() {
+            self.settle_dir_members(st);
+        }
         if std::mem::take(&mut st.copy_released) {
             self.sweep_soon(st);
+        }
+        // Kept for the next step, unless a step that touched many keys made it large.
+        const SPARE_KEYS_MAX: usize = 1024;
+        if touched.capacity() <= SPARE_KEYS_MAX {
+            touched.clear();
+            self.spare_keys = touched;
         }
     }
 
