@@ -43,7 +43,7 @@ impl State {
         }
         // Who owns a shared key may have changed with any of its claimants.
         let mut colliders: Vec<ModelKey> = Vec::new();
-        for key in &touched {
+        for key in touched.iter().filter(|k| !self.claims.none_collide(k)) {
             colliders.extend(self.claims.colliders(&self.slots, key));
         }
         if !colliders.is_empty() {
@@ -174,7 +174,10 @@ impl State {
             st.dir_affected.extend(shared::unregister(dirs, &gone));
         }
         let held = contest.as_ref().is_some_and(|c| c.held_by.is_some());
-        st.dir_affected.extend(shared::register(dirs, key, slot, &config.models_root, (node.as_deref(), held)));
+        let affected = shared::register(dirs, key, slot, &config.models_root, (node.as_deref(), held));
+        if !affected.is_empty() {
+            st.dir_affected.extend(affected);
+        }
         // A copy whose last user left (a delete, a switch to its own download): the sweep decides.
         st.copy_released |= before.iter().any(|(d, _)| shared::copy_parts(d).is_some() && !dirs.contains_key(d));
         sync_timers(timers, key, slot);
