@@ -91,6 +91,9 @@ impl State {
     /// With one lookup: placement changes of the current incarnation (`placement_step`), exits
     /// decided by the Node witness, and the indexes.
     pub(super) fn prepare_key(&mut self, st: &mut Step, key: &ModelKey) {
+        if self.prepared_already(key) {
+            return;
+        }
         let State { slots, kinds, node, node_reads, breaker, stats, .. } = self;
         let sync = &mut kinds[key.kind.index()];
         let Some(slot) = slots.get_mut(key).map(Arc::make_mut) else {
@@ -124,6 +127,22 @@ impl State {
             unwait(&mut node_reads.waiting, key);
         }
         reindex_slot(sync, key, Some(slot));
+    }
+
+    /// Would `prepare_key` change nothing? Read without copying the record (a timer or a failed
+    /// read changes nothing it looks at, nearly always): placement stays, no exit awaits the
+    /// Node witness, and the indexes agree with the record.
+    fn prepared_already(&self, key: &ModelKey) -> bool {
+        let Some(slot) = self.slots.get(key) else { return false };
+        let placement_stays = slot.current.as_ref().is_none_or(|inc| {
+            placement_step(&inc.life, eligible_now(inc, self.node.as_deref()), inc.something_here())
+                == PlacementStep::Stay
+        });
+        placement_stays
+            && !slot.all().any(Incarnation::awaits_node_witness)
+            && slot.all().any(Incarnation::is_pending) == slot.indexed_pending
+            && slot.all().any(Incarnation::read_due) == slot.indexed_due
+            && (self.node_reads.waiting.is_empty() || !self.node_reads.waiting.contains(key))
     }
 
     /// Drive one touched model with a single map lookup: emit what its incarnations need next,

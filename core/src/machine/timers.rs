@@ -35,9 +35,14 @@ impl State {
             let Some((_, key)) = self.timers.remove_min() else { break };
             match key {
                 TimerKey::Inc(IncTimer { key, uid }) => {
-                    if let Some(inc) = self.slots.get_mut(&key).map(Arc::make_mut).and_then(|s| s.find_mut(&uid)) {
+                    let sync = &mut self.kinds[key.kind.index()];
+                    let Some(slot) = self.slots.get_mut(&key).map(Arc::make_mut) else { continue };
+                    if let Some(inc) = slot.find_mut(&uid) {
                         inc.timer_at = None;
                         inc.wake(st.now);
+                        // The read-due index now, in this lookup, rather than in another when
+                        // the step settles (nothing reads it in between).
+                        settle::reindex_slot(sync, &key, Some(slot));
                         st.dirty.push(key);
                     }
                 }
