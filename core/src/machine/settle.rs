@@ -172,6 +172,12 @@ impl State {
             return;
         };
         let slot = Arc::make_mut(shared);
+        if contest.is_none() && waits_quietly(slot, synced, node.as_deref(), &config.models_root, st.now) {
+            // Nothing to decide and no directory to register: timers and indexes only.
+            sync_timers(timers, key, slot);
+            reindex_slot(sync, key, Some(slot));
+            return;
+        }
         let mut emitter = Emitter { next_id: effect_id_next, inflight, out: &mut st.out, notes: &mut st.notes };
         let env = Env {
             node: node.as_deref(),
@@ -370,6 +376,20 @@ fn share_step(inc: &mut Incarnation, ctx: &Context, want: &Want) -> bool {
         }
     }
     copy_released
+}
+
+/// Would `drive` and `shared::register` leave this slot as it is (with no colliding model)? Every
+/// incarnation waits (an effect in flight, a backoff, a live read or every kind's list) and uses
+/// no directory, and the current one holds no shared key: `drive` passes over each (see
+/// `holds_quietly`) and notes no collision, and `register` finds nothing to join or leave.
+fn waits_quietly(slot: &Slot, synced: bool, node: Option<&NodeView>, models_root: &str, now: Instant) -> bool {
+    let waits = |inc: &Incarnation| {
+        inc.share.is_none()
+            && inc.download.is_none()
+            && (inc.inflight.is_some() || inc.blocked_until.is_some_and(|t| t > now) || !synced || inc.is_pending())
+            && shared::member_of(&inc.obj.key, inc, models_root, (node, false)).is_none()
+    };
+    slot.current.as_ref().is_some_and(|c| c.held_by.is_none()) && slot.all().all(waits)
 }
 
 /// Nothing to decide for an incarnation that waits (for a live read, or for every kind's list:
