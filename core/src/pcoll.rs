@@ -74,7 +74,9 @@ impl<T: Ord + Clone> RunSet<T> {
 
     /// Adds `x`; false when it was there already.
     pub fn insert(&mut self, x: T) -> bool {
-        let (run, at) = self.locate(&x);
+        // A new largest element goes first in the first run, without a search.
+        let largest = self.runs.first().and_then(|r| r.first()).is_some_and(|max| x.cmp(max) == Ordering::Greater);
+        let (run, at) = if largest { (0, 0) } else { self.locate(&x) };
         let runs = Arc::make_mut(&mut self.runs);
         let (run, at) = match runs.get(run) {
             Some(r) if r.get(at) == Some(&x) => return false,

@@ -159,6 +159,13 @@ impl Ord for IncTimer {
     }
 }
 
+/// Which set the next timer is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TimerSource {
+    Timers,
+    Deadlines,
+}
+
 /// Per-kind list state.
 #[derive(Clone, Debug, Default)]
 struct KindSync {
@@ -211,7 +218,11 @@ pub struct State {
     breaker: Breaker,
     root: Option<RootProbe>,
     inflight: Map<EffectId, Owner>,
+    /// Every timer but the live reads' deadlines, which are apart in `deadlines`.
     timers: RunSet<(Instant, TimerKey)>,
+    /// `TimerKey::ReadDeadline` timers, as (instant, read): added in this order (a read's
+    /// deadline is its sending time plus one timeout), so adding one is an append.
+    deadlines: RunSet<(Instant, EffectId)>,
     trash: OrdMap<String, Instant>,
     drift_started: bool,
     snapshot_inflight: Option<EffectId>,
@@ -295,6 +306,7 @@ impl State {
             root: None,
             inflight: Map::default(),
             timers: RunSet::new(),
+            deadlines: RunSet::new(),
             trash: OrdMap::new(),
             drift_started: false,
             snapshot_inflight: None,
@@ -325,7 +337,7 @@ impl State {
         if self.backlog_releasable() {
             return Some(self.now_last);
         }
-        self.timers.get_min().map(|(t, _)| *t)
+        self.next_timer().map(|(at, _)| at)
     }
 
     /// Effects decided but held for the next step (`effects_per_step_max`).

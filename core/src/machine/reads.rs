@@ -44,7 +44,7 @@ impl State {
         self.inflight.remove(&id);
         // A timed-out read's deadline has just fired: the timer is gone already.
         if !matches!(end, ReadEnd::TimedOut) {
-            self.timers.remove(&(deadline, TimerKey::ReadDeadline(id)));
+            self.remove_timer(deadline, TimerKey::ReadDeadline(id));
         }
         if self.kinds[kind.index()].list_inflight == Some(id) {
             self.kinds[kind.index()].list_inflight = None;
