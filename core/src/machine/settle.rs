@@ -378,6 +378,47 @@ fn share_step(inc: &mut Incarnation, ctx: &Context, want: &Want) -> bool {
     copy_released
 }
 
+/// What settling one key in place reads and writes: fields of the state apart from `slots`, so
+/// that the lookup which changed a record can settle it too.
+pub(super) struct InPlace<'a> {
+    pub(super) claims: &'a Claims,
+    pub(super) kinds: &'a mut [KindSync; 2],
+    pub(super) timers: &'a mut RunSet<(Instant, TimerKey)>,
+    pub(super) node: Option<&'a NodeView>,
+    pub(super) waiting: &'a Set<ModelKey>,
+    pub(super) models_root: &'a str,
+    pub(super) now: Instant,
+}
+
+impl InPlace<'_> {
+    /// Settle `key` now, in the lookup that just moved one of its live reads along (a read
+    /// failed, a backoff ended, a GET was sent), when the step could only update its timers and
+    /// indexes: `settle_key` would take its quiet path (no colliding model, every incarnation
+    /// waits quietly) and, with `unprepared`, `prepare_key` would change nothing (placement
+    /// stays, no exit awaits the Node witness). No timer it sets can be due in this step. False:
+    /// the key must be settled with the step, as before.
+    pub(super) fn settle(&mut self, key: &ModelKey, slot: &mut Slot, unprepared: bool) -> bool {
+        let synced = self.kinds.iter().all(|k| k.synced);
+        let prepared = || {
+            let placement_stays = slot.current.as_ref().is_none_or(|inc| {
+                placement_step(&inc.life, eligible_now(inc, self.node), inc.something_here()) == PlacementStep::Stay
+            });
+            placement_stays
+                && !slot.all().any(Incarnation::awaits_node_witness)
+                && (self.waiting.is_empty() || !self.waiting.contains(key))
+        };
+        let quiet = self.claims.none_collide(key)
+            && waits_quietly(slot, synced, self.node, self.models_root, self.now)
+            && slot.all().all(|inc| inc.wake_at().is_none_or(|at| at > self.now))
+            && (!unprepared || prepared());
+        if quiet {
+            sync_timers(self.timers, key, slot);
+            reindex_slot(&mut self.kinds[key.kind.index()], key, Some(slot));
+        }
+        quiet
+    }
+}
+
 /// Would `drive` and `shared::register` leave this slot as it is (with no colliding model)? Every
 /// incarnation waits (an effect in flight, a backoff, a live read or every kind's list) and uses
 /// no directory, and the current one holds no shared key: `drive` passes over each (see

@@ -72,14 +72,20 @@ impl State {
         while let Some(key) = self.take_due_timer(st.now) {
             match key {
                 TimerKey::Inc(IncTimer { key, uid }) => {
-                    let sync = &mut self.kinds[key.kind.index()];
                     let Some(slot) = self.slots.get_mut(&key).map(Arc::make_mut) else { continue };
-                    if let Some(inc) = slot.find_mut(&uid) {
-                        inc.timer_at = None;
-                        inc.wake(st.now);
-                        // The read-due index now, in this lookup, rather than in another when
-                        // the step settles (nothing reads it in between).
-                        settle::reindex_slot(sync, &key, Some(slot));
+                    let Some(inc) = slot.find_mut(&uid) else { continue };
+                    inc.timer_at = None;
+                    inc.wake(st.now);
+                    let mut in_place = settle::InPlace {
+                        claims: &self.claims,
+                        kinds: &mut self.kinds,
+                        timers: &mut self.timers,
+                        node: self.node.as_deref(),
+                        waiting: &self.node_reads.waiting,
+                        models_root: &self.config.models_root,
+                        now: st.now,
+                    };
+                    if !in_place.settle(&key, slot, true) {
                         st.dirty.push(key);
                     }
                 }
