@@ -5,6 +5,22 @@
 //! LIST per kind in a storm), and emits the next effect each incarnation needs. One effect per
 //! incarnation is in flight at a time; its outcome comes back as an input.
 
+/// `settle::InPlace` over the state's fields other than `slots` (a record borrowed from it can
+/// be settled in place).
+macro_rules! in_place {
+    ($state:expr, $now:expr) => {
+        settle::InPlace {
+            claims: &$state.claims,
+            kinds: &mut $state.kinds,
+            timers: &mut $state.timers,
+            node: $state.node.as_deref(),
+            waiting: &$state.node_reads.waiting,
+            models_root: &$state.config.models_root,
+            now: $now,
+        }
+    };
+}
+
 mod breaker;
 mod claims;
 mod drift;

@@ -179,6 +179,7 @@ impl State {
         let mut last_delay = None;
         for key in keys {
             let Some(slot) = self.slots.get_mut(key).map(Arc::make_mut) else { continue };
+            let mut waits = false;
             for inc in slot.all_mut().filter(|i| i.awaits(id)) {
                 let Life::PendingConfirm { attempt, read, .. } = &mut inc.life else { continue };
                 let delay = match shared_delay {
@@ -191,6 +192,9 @@ impl State {
                 *attempt = attempt.saturating_add(1);
                 *read = ReadState::Waiting { at: st.now.plus_ms(delay) };
                 last_delay = Some(delay);
+                waits = true;
+            }
+            if waits && !in_place!(self, st.now).settle(key, slot, true) {
                 st.dirty.push(key.clone());
             }
         }
@@ -228,6 +232,9 @@ impl State {
                     if let Some(slot) = self.slots.get_mut(&key).map(Arc::make_mut) {
                         for inc in slot.all_mut().filter(|i| i.read_due()) {
                             set_read(inc, ReadState::InFlight { id });
+                        }
+                        if in_place!(self, st.now).settle(&key, slot, false) {
+                            continue;
                         }
                     }
                     touched.push(key);

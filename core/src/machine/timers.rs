@@ -76,16 +76,7 @@ impl State {
                     let Some(inc) = slot.find_mut(&uid) else { continue };
                     inc.timer_at = None;
                     inc.wake(st.now);
-                    let mut in_place = settle::InPlace {
-                        claims: &self.claims,
-                        kinds: &mut self.kinds,
-                        timers: &mut self.timers,
-                        node: self.node.as_deref(),
-                        waiting: &self.node_reads.waiting,
-                        models_root: &self.config.models_root,
-                        now: st.now,
-                    };
-                    if !in_place.settle(&key, slot, true) {
+                    if !in_place!(self, st.now).settle(&key, slot, true) {
                         st.dirty.push(key);
                     }
                 }
