@@ -424,11 +424,16 @@ impl InPlace<'_> {
 /// no directory, and the current one holds no shared key: `drive` passes over each (see
 /// `holds_quietly`) and notes no collision, and `register` finds nothing to join or leave.
 fn waits_quietly(slot: &Slot, synced: bool, node: Option<&NodeView>, models_root: &str, now: Instant) -> bool {
+    // `member_of` is none without a download, a directory owned or a spec that downloads.
+    let uses_no_dir = |inc: &Incarnation| {
+        (inc.owned_dir.is_none() && !inc.obj.spec().is_some_and(|s| s.uri.as_ref().is_ok_and(|u| u.downloads())))
+            || shared::member_of(&inc.obj.key, inc, models_root, (node, false)).is_none()
+    };
     let waits = |inc: &Incarnation| {
         inc.share.is_none()
             && inc.download.is_none()
             && (inc.inflight.is_some() || inc.blocked_until.is_some_and(|t| t > now) || !synced || inc.is_pending())
-            && shared::member_of(&inc.obj.key, inc, models_root, (node, false)).is_none()
+            && uses_no_dir(inc)
     };
     slot.current.as_ref().is_some_and(|c| c.held_by.is_none()) && slot.all().all(waits)
 }
