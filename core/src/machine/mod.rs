@@ -302,6 +302,28 @@ struct Step {
     dir_affected: Vec<ModelKey>,
 }
 
+impl Step {
+    /// The effects, notes and touched keys; the other buffers are empty by now.
+    #[inline(always)]
+    fn into_parts(self) -> (Vec<Effect>, Vec<Note>, Vec<ModelKey>) {
+        let Step { out, notes, dirty, verdicts, dir_affected, .. } = self;
+        release_empty(verdicts);
+        release_empty(dir_affected);
+        (out, notes, dirty)
+    }
+}
+
+/// Drops a buffer without a call when it never allocated (a step's buffers nearly always).
+#[inline]
+fn release_empty<T>(buffer: Vec<T>) {
+    if buffer.capacity() == 0 {
+        // Nothing to free: forgetting an unallocated vector leaks nothing.
+        std::mem::forget(buffer);
+    } else {
+        drop(buffer);
+    }
+}
+
 impl State {
     pub fn new(config: Config) -> State {
         State {
@@ -406,8 +428,9 @@ impl State {
             // Most inputs change nothing (a watch event of a model as it is, a repeated
             // deletion of a model already in question, a late answer): the rest of the step
             // would find nothing to do.
-            self.spare_keys = st.dirty;
-            return Output::default();
+            let (effects, notes, dirty) = st.into_parts();
+            release_empty(std::mem::replace(&mut self.spare_keys, dirty));
+            return Output { effects, notes };
         }
         self.fire_timers(&mut st);
         if st.candidates_here > 0 {
@@ -417,14 +440,16 @@ impl State {
             self.apply_verdicts(&mut st);
         }
         self.settle(&mut st);
-        let effects = self.release_effects(st.out);
+        let (out, notes, dirty) = st.into_parts();
+        release_empty(dirty);
+        let effects = self.release_effects(out);
         #[cfg(debug_assertions)]
         if self.invariants_due()
             && let Err(broken) = self.invariants()
         {
             panic!("invariant broken after step {} at {now:?}: {broken}", self.seq);
         }
-        Output { effects, notes: st.notes }
+        Output { effects, notes }
     }
 
     /// Would the rest of the step, after its input, do nothing? Nothing was marked or decided,
