@@ -260,8 +260,10 @@ pub struct State {
     /// Why a live read that timed out failed (from the config), kept rather than formatted
     /// for every timeout.
     read_timed_out: Arc<str>,
-    /// An empty buffer for the next step's touched keys (its capacity only; a clone gets none).
+    /// Empty buffers for the next step's touched keys and due keys (their capacity only; a
+    /// clone gets none).
     spare_keys: Vec<ModelKey>,
+    spare_due: Vec<ModelKey>,
 }
 
 /// What one step returns: effects for the shell to execute, in order, and notes for people
@@ -330,6 +332,7 @@ impl State {
             prng: Prng::new(config.seed),
             read_timed_out: Arc::from(format!("live read timed out after {} ms", config.live_read_timeout_ms)),
             spare_keys: Vec::new(),
+            spare_due: Vec::new(),
             config: Arc::new(config),
             effect_id_next: 1,
             seq: 0,

@@ -219,7 +219,10 @@ impl State {
                 touched.extend(sync.pending.iter().cloned());
                 self.issue_list(st, kind, ListPurpose::Candidates);
             } else {
-                for key in sorted(sync.due.iter().cloned().collect()) {
+                let mut due = std::mem::take(&mut self.spare_due);
+                due.extend(sync.due.iter().cloned());
+                due.sort_unstable();
+                for key in due.drain(..) {
                     let deadline = st.now.plus_ms(self.config.live_read_timeout_ms);
                     let sent = Sent { seq: st.seq, at: st.now };
                     let id = self.emit(
@@ -239,6 +242,7 @@ impl State {
                     }
                     touched.push(key);
                 }
+                self.spare_due = due;
             }
         }
         // Their indexes are brought up to date when each touched key is settled, right after.
