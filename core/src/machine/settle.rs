@@ -139,9 +139,9 @@ impl State {
                 == PlacementStep::Stay
         });
         placement_stays
-            && !slot.all().any(Incarnation::awaits_node_witness)
-            && slot.all().any(Incarnation::is_pending) == slot.indexed_pending
-            && slot.all().any(Incarnation::read_due) == slot.indexed_due
+            && !slot.some(Incarnation::awaits_node_witness)
+            && slot.some(Incarnation::is_pending) == slot.indexed_pending
+            && slot.some(Incarnation::read_due) == slot.indexed_due
             && (self.node_reads.waiting.is_empty() || !self.node_reads.waiting.contains(key))
     }
 
@@ -404,12 +404,12 @@ impl InPlace<'_> {
                 placement_step(&inc.life, eligible_now(inc, self.node), inc.something_here()) == PlacementStep::Stay
             });
             placement_stays
-                && !slot.all().any(Incarnation::awaits_node_witness)
+                && !slot.some(Incarnation::awaits_node_witness)
                 && (self.waiting.is_empty() || !self.waiting.contains(key))
         };
         let quiet = self.claims.none_collide(key)
             && waits_quietly(slot, synced, self.node, self.models_root, self.now)
-            && slot.all().all(|inc| inc.wake_at().is_none_or(|at| at > self.now))
+            && slot.every(|inc| inc.wake_at().is_none_or(|at| at > self.now))
             && (!unprepared || prepared());
         if quiet {
             sync_timers(self.timers, key, slot);
@@ -435,7 +435,7 @@ fn waits_quietly(slot: &Slot, synced: bool, node: Option<&NodeView>, models_root
             && (inc.inflight.is_some() || inc.blocked_until.is_some_and(|t| t > now) || !synced || inc.is_pending())
             && uses_no_dir(inc)
     };
-    slot.current.as_ref().is_some_and(|c| c.held_by.is_none()) && slot.all().all(waits)
+    slot.current.as_ref().is_some_and(|c| c.held_by.is_none()) && slot.every(waits)
 }
 
 /// Nothing to decide for an incarnation that waits (for a live read, or for every kind's list:
@@ -588,8 +588,8 @@ pub(super) fn reindex_slot(sync: &mut KindSync, key: &ModelKey, slot: Option<&mu
         sync.due.remove(key);
         return;
     };
-    let pending = slot.all().any(Incarnation::is_pending);
-    let due = slot.all().any(Incarnation::read_due);
+    let pending = slot.some(Incarnation::is_pending);
+    let due = slot.some(Incarnation::read_due);
     set_membership(&mut sync.pending, key, &mut slot.indexed_pending, pending);
     set_membership(&mut sync.due, key, &mut slot.indexed_due, due);
 }
