@@ -9,7 +9,10 @@
 
 use std::cmp::Ordering;
 use std::fmt;
-use std::sync::Arc;
+
+/// The shared pointer of the persistent collections (triomphe's `Arc`, through imbl): no weak
+/// count, so a copy-on-write check is one load.
+pub type Shared<T> = imbl::shared_ptr::SharedPointer<T, imbl::shared_ptr::DefaultSharedPtr>;
 
 pub type Map<K, V> = imbl::GenericHashMap<K, V, rustc_hash::FxBuildHasher, imbl::shared_ptr::DefaultSharedPtr>;
 pub type Set<K> = imbl::GenericHashSet<K, rustc_hash::FxBuildHasher, imbl::shared_ptr::DefaultSharedPtr>;
@@ -26,13 +29,13 @@ const RUN_MAX: usize = 64;
 /// are two binary searches and a move within one run.
 #[derive(Clone)]
 pub struct RunSet<T> {
-    runs: Arc<Vec<Arc<Vec<T>>>>,
+    runs: Shared<Vec<Shared<Vec<T>>>>,
     len: usize,
 }
 
 impl<T> Default for RunSet<T> {
     fn default() -> Self {
-        RunSet { runs: Arc::default(), len: 0 }
+        RunSet { runs: Shared::new(Vec::new()), len: 0 }
     }
 }
 
@@ -77,23 +80,23 @@ impl<T: Ord + Clone> RunSet<T> {
         // A new largest element goes first in the first run, without a search.
         let largest = self.runs.first().and_then(|r| r.first()).is_some_and(|max| x.cmp(max) == Ordering::Greater);
         let (run, at) = if largest { (0, 0) } else { self.locate(&x) };
-        let runs = Arc::make_mut(&mut self.runs);
+        let runs = Shared::make_mut(&mut self.runs);
         let (run, at) = match runs.get(run) {
             Some(r) if r.get(at) == Some(&x) => return false,
             Some(_) => (run, at),
             // Smaller than everything: the end of the last run, or a first run.
             None if runs.is_empty() => {
-                runs.push(Arc::new(vec![x]));
+                runs.push(Shared::new(vec![x]));
                 self.len += 1;
                 return true;
             }
             None => (runs.len() - 1, runs[runs.len() - 1].len()),
         };
-        let elements = Arc::make_mut(&mut runs[run]);
+        let elements = Shared::make_mut(&mut runs[run]);
         elements.insert(at, x);
         if elements.len() > RUN_MAX {
             let upper = elements.split_off(RUN_MAX / 2);
-            runs.insert(run + 1, Arc::new(upper));
+            runs.insert(run + 1, Shared::new(upper));
         }
         self.len += 1;
         true
@@ -105,17 +108,17 @@ impl<T: Ord + Clone> RunSet<T> {
         if self.runs.get(run).and_then(|r| r.get(at)) != Some(x) {
             return false;
         }
-        let runs = Arc::make_mut(&mut self.runs);
-        Arc::make_mut(&mut runs[run]).remove(at);
+        let runs = Shared::make_mut(&mut self.runs);
+        Shared::make_mut(&mut runs[run]).remove(at);
         self.len -= 1;
         merge_small(runs, run);
         true
     }
 
     pub fn remove_min(&mut self) -> Option<T> {
-        let runs = Arc::make_mut(&mut self.runs);
+        let runs = Shared::make_mut(&mut self.runs);
         let last = runs.len().checked_sub(1)?;
-        let min = Arc::make_mut(&mut runs[last]).pop();
+        let min = Shared::make_mut(&mut runs[last]).pop();
         self.len -= usize::from(min.is_some());
         merge_small(runs, last);
         min
@@ -124,7 +127,7 @@ impl<T: Ord + Clone> RunSet<T> {
 
 /// A run left empty goes; one under a quarter full joins its smaller neighbour if both fit in
 /// one run, so the list stays within about four times the fewest runs.
-fn merge_small<T: Clone>(runs: &mut Vec<Arc<Vec<T>>>, run: usize) {
+fn merge_small<T: Clone>(runs: &mut Vec<Shared<Vec<T>>>, run: usize) {
     let len = runs[run].len();
     if len == 0 {
         runs.remove(run);
@@ -135,7 +138,7 @@ fn merge_small<T: Clone>(runs: &mut Vec<Arc<Vec<T>>>, run: usize) {
     }
     if len + runs[run + 1].len() <= RUN_MAX {
         let smaller = runs.remove(run + 1);
-        Arc::make_mut(&mut runs[run]).extend(smaller.iter().cloned());
+        Shared::make_mut(&mut runs[run]).extend(smaller.iter().cloned());
     }
 }
 
