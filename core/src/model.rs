@@ -87,7 +87,7 @@ struct KeyWire<'a> {
     name: std::borrow::Cow<'a, str>,
 }
 
-fn str_is_empty(s: &std::borrow::Cow<str>) -> bool {
+fn str_is_empty(s: &str) -> bool {
     s.is_empty()
 }
 

@@ -148,10 +148,9 @@ struct IncTimer {
     uid: Uid,
 }
 
-impl IncTimer {
-    fn new(key: &ModelKey, uid: &Uid) -> TimerKey {
-        TimerKey::Inc(IncTimer { key: key.clone(), uid: uid.clone() })
-    }
+/// The timer of the incarnation `uid` of `key`.
+fn inc_timer(key: &ModelKey, uid: &Uid) -> TimerKey {
+    TimerKey::Inc(IncTimer { key: key.clone(), uid: uid.clone() })
 }
 
 impl PartialEq for IncTimer {

@@ -536,7 +536,7 @@ fn drop_finished(
             slot.former.retain(|f| f.uid() != uid);
         }
         if let Some(at) = timer_at {
-            timers.remove(&(at, IncTimer::new(key, uid)));
+            timers.remove(&(at, inc_timer(key, uid)));
         }
         stats.cleanups_done += 1;
     }

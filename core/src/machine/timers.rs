@@ -118,7 +118,7 @@ pub(super) fn sync_timers(timers: &mut RunSet<(Instant, TimerKey)>, key: &ModelK
         if want == inc.timer_at {
             continue;
         }
-        let id = IncTimer::new(key, inc.uid());
+        let id = inc_timer(key, inc.uid());
         if let Some(at) = inc.timer_at {
             timers.remove(&(at, id.clone()));
         }
