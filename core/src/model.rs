@@ -69,7 +69,8 @@ pub struct ModelKey(Arc<KeyParts>);
 pub struct KeyParts {
     pub kind: Kind,
     pub namespace: Arc<str>,
-    pub name: Arc<str>,
+    /// Not shared with anything else: a box, without the reference counts of an `Arc`.
+    pub name: Box<str>,
     /// Of the three fields above; never compared (equal parts have equal hashes).
     hash: u64,
     /// The first 16 bytes of the name, zero-padded, as two big-endian words: names that differ
@@ -99,14 +100,14 @@ fn empty() -> Arc<str> {
 
 impl ModelKey {
     pub fn cluster(name: &str) -> Self {
-        ModelKey::from_parts(Kind::ClusterBaseModel, empty(), Arc::from(name))
+        ModelKey::from_parts(Kind::ClusterBaseModel, empty(), Box::from(name))
     }
 
     pub fn namespaced(namespace: &str, name: &str) -> Self {
-        ModelKey::from_parts(Kind::BaseModel, Arc::from(namespace), Arc::from(name))
+        ModelKey::from_parts(Kind::BaseModel, Arc::from(namespace), Box::from(name))
     }
 
-    fn from_parts(kind: Kind, namespace: Arc<str>, name: Arc<str>) -> Self {
+    fn from_parts(kind: Kind, namespace: Arc<str>, name: Box<str>) -> Self {
         let mut h = rustc_hash::FxHasher::default();
         (kind, &*namespace, &*name).hash(&mut h);
         let word = |at: usize| {
@@ -205,7 +206,7 @@ impl<'de> Deserialize<'de> for ModelKey {
         let wire = KeyWire::deserialize(d)?;
         Ok(match wire.kind {
             Kind::ClusterBaseModel if wire.namespace.is_empty() => ModelKey::cluster(&wire.name),
-            kind => ModelKey::from_parts(kind, Arc::from(&*wire.namespace), Arc::from(&*wire.name)),
+            kind => ModelKey::from_parts(kind, Arc::from(&*wire.namespace), Box::from(&*wire.name)),
         })
     }
 }
