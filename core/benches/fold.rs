@@ -10,9 +10,7 @@ use model_agent_core::{Instant, step};
 
 #[path = "common/fold_stream.rs"]
 mod fold_stream;
-use fold_stream::{MODELS, objects, run, setup};
-
-const EVENTS: u64 = 1_000_000;
+use fold_stream::{EVENTS, MODELS, objects, run, setup};
 
 fn bench(c: &mut Criterion) {
     let objs = objects();
@@ -20,14 +18,14 @@ fn bench(c: &mut Criterion) {
     g.sample_size(10);
     g.throughput(Throughput::Elements(EVENTS));
     g.bench_function("handle_1M_events_10k_models", |b| {
-        b.iter_batched(|| setup(&objs, |_| {}), |mut d| run(&mut d, &objs, EVENTS), BatchSize::PerIteration)
+        b.iter_batched(|| setup(&objs, ()), |mut d| run(&mut d, &objs, EVENTS), BatchSize::PerIteration)
     });
     // The persistent fold as the simulator uses it: every step returns a new state while the
     // previous one is still alive (structural sharing, copy on write).
     g.throughput(Throughput::Elements(100_000));
     g.bench_function("step_100k_events_10k_models_keeping_previous_state", |b| {
         b.iter_batched(
-            || setup(&objs, |_| {}),
+            || setup(&objs, ()),
             |d| {
                 let mut state = d.state;
                 let mut prev = state.clone();

@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use crate::placement::{NodeSelectorRequirement, NodeSelectorTerm};
@@ -55,12 +56,40 @@ impl fmt::Display for Kind {
 
 /// A model's identity: kind, namespace (empty for cluster-scoped) and name.
 /// Names can be reused; every destructive decision also checks the [`Uid`].
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct ModelKey {
+///
+/// Interned: one shared allocation holds the parts and their hash, so a clone is a reference
+/// count, hashing writes one word, and comparing a key with a clone of itself (the core's maps,
+/// sets and timers hold clones of the key its object arrived with) never reads the text. Keys
+/// built apart compare by their text, as before. The parts read as fields (`key.name`).
+#[derive(Clone)]
+pub struct ModelKey(Arc<KeyParts>);
+
+/// The parts of a [`ModelKey`].
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+pub struct KeyParts {
     pub kind: Kind,
-    #[serde(default, skip_serializing_if = "str_is_empty")]
     pub namespace: Arc<str>,
-    pub name: Arc<str>,
+    /// Not shared with anything else: a box, without the reference counts of an `Arc`.
+    pub name: Box<str>,
+    /// Of the three fields above; never compared (equal parts have equal hashes).
+    hash: u64,
+    /// The first 16 bytes of the name, zero-padded, as two big-endian words: names that differ
+    /// there compare as two integers.
+    name_words: [u64; 2],
+}
+
+/// The serialised shape of a key (traces, effects): `{"kind", "namespace"?, "name"}`.
+#[derive(Serialize, Deserialize)]
+struct KeyWire<'a> {
+    kind: Kind,
+    #[serde(default, skip_serializing_if = "str_is_empty", borrow)]
+    namespace: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    name: std::borrow::Cow<'a, str>,
+}
+
+fn str_is_empty(s: &str) -> bool {
+    s.is_empty()
 }
 
 /// One shared empty namespace for every cluster-scoped key, not an allocation each.
@@ -69,17 +98,116 @@ fn empty() -> Arc<str> {
     EMPTY.with(Arc::clone)
 }
 
-fn str_is_empty(s: &Arc<str>) -> bool {
-    s.is_empty()
-}
-
 impl ModelKey {
     pub fn cluster(name: &str) -> Self {
-        ModelKey { kind: Kind::ClusterBaseModel, namespace: empty(), name: Arc::from(name) }
+        ModelKey::from_parts(Kind::ClusterBaseModel, empty(), Box::from(name))
     }
 
     pub fn namespaced(namespace: &str, name: &str) -> Self {
-        ModelKey { kind: Kind::BaseModel, namespace: Arc::from(namespace), name: Arc::from(name) }
+        ModelKey::from_parts(Kind::BaseModel, Arc::from(namespace), Box::from(name))
+    }
+
+    fn from_parts(kind: Kind, namespace: Arc<str>, name: Box<str>) -> Self {
+        let mut h = rustc_hash::FxHasher::default();
+        (kind, &*namespace, &*name).hash(&mut h);
+        let word = |at: usize| {
+            let mut bytes = [0u8; 8];
+            for (i, b) in name.bytes().skip(at).take(8).enumerate() {
+                bytes[i] = b;
+            }
+            u64::from_be_bytes(bytes)
+        };
+        let name_words = [word(0), word(8)];
+        ModelKey(Arc::new(KeyParts { kind, namespace, name, hash: h.finish(), name_words }))
+    }
+}
+
+impl ModelKey {
+    /// The hash of the parts: equal keys have equal fingerprints.
+    pub(crate) fn fingerprint(&self) -> u64 {
+        self.0.hash
+    }
+}
+
+impl std::ops::Deref for ModelKey {
+    type Target = KeyParts;
+    fn deref(&self) -> &KeyParts {
+        &self.0
+    }
+}
+
+impl PartialEq for ModelKey {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || (self.hash == other.hash && *self.0 == *other.0)
+    }
+}
+
+impl Eq for ModelKey {}
+
+impl PartialOrd for ModelKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Kind, then namespace, then name (the hash is equal whenever those are).
+impl Ord for ModelKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        if Arc::ptr_eq(&self.0, &other.0) {
+            return std::cmp::Ordering::Equal;
+        }
+        let namespace = |a: &Arc<str>, b: &Arc<str>| {
+            if Arc::ptr_eq(a, b) { std::cmp::Ordering::Equal } else { text_cmp(a, b) }
+        };
+        // Zero-padded prefixes that differ order as the texts do (the shorter text is the
+        // one padded where they first differ); equal ones need the texts.
+        let name = |a: &KeyParts, b: &KeyParts| match a.name_words.cmp(&b.name_words) {
+            std::cmp::Ordering::Equal => text_cmp(&a.name, &b.name),
+            unequal => unequal,
+        };
+        self.kind
+            .cmp(&other.kind)
+            .then_with(|| namespace(&self.namespace, &other.namespace))
+            .then_with(|| name(&self.0, &other.0))
+    }
+}
+
+/// `a.cmp(b)` for short texts, eight bytes at a time (names differ early, and a call to
+/// `memcmp` costs more than the comparison).
+fn text_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    const WORD: usize = 8;
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut at = 0;
+    while at + WORD <= a.len() && at + WORD <= b.len() {
+        let word = |s: &[u8]| u64::from_be_bytes(s[at..at + WORD].try_into().expect("eight bytes"));
+        match word(a).cmp(&word(b)) {
+            std::cmp::Ordering::Equal => at += WORD,
+            unequal => return unequal,
+        }
+    }
+    a[at..].cmp(&b[at..])
+}
+
+impl Hash for ModelKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.0.hash);
+    }
+}
+
+impl Serialize for ModelKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let wire = KeyWire { kind: self.kind, namespace: (&*self.namespace).into(), name: (&*self.name).into() };
+        wire.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for ModelKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let wire = KeyWire::deserialize(d)?;
+        Ok(match wire.kind {
+            Kind::ClusterBaseModel if wire.namespace.is_empty() => ModelKey::cluster(&wire.name),
+            kind => ModelKey::from_parts(kind, Arc::from(&*wire.namespace), Box::from(&*wire.name)),
+        })
     }
 }
 
@@ -404,6 +532,36 @@ pub fn requirement(key: &str, operator: &str, values: &[&str]) -> NodeSelectorRe
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Keys order by kind, namespace and name as texts, whatever their lengths.
+    #[test]
+    fn keys_order_by_their_text() {
+        let texts = [
+            "",
+            "a",
+            "a\0",
+            "a\0b",
+            "ab",
+            "abcdefgh",
+            "abcdefgh1",
+            "abcdefgi",
+            "abcdefghabcdefgh",
+            "abcdefghabcdefgh1",
+            "abcdefghabcdefgg9",
+            "b",
+            "model-01",
+            "model-012",
+        ];
+        for x in texts {
+            for y in texts {
+                assert_eq!(text_cmp(x, y), x.cmp(y), "{x:?} {y:?}");
+                let (kx, ky) = (ModelKey::namespaced(x, y), ModelKey::namespaced(y, x));
+                assert_eq!(kx.cmp(&ky), (x, y).cmp(&(y, x)), "{x:?} {y:?}");
+                assert_eq!(ModelKey::cluster(x).cmp(&ModelKey::cluster(y)), x.cmp(y));
+            }
+        }
+        assert!(ModelKey::namespaced("z", "z") < ModelKey::cluster("a"), "BaseModel first");
+    }
 
     #[test]
     fn parses_a_cluster_base_model_from_api_json() {

@@ -1,17 +1,19 @@
 //! The fold benchmark's stream, shared by `benches/fold.rs` (criterion) and
-//! `examples/fold_count.rs` (instruction counts under valgrind), so both measure the same inputs:
+//! `examples/fold_instructions.rs` (instruction counts under valgrind), so both measure the same inputs:
 //! 10,000 models listed and Ready, then a mixed stream of watch updates, phantom deletes and
 //! their live-read answers, relist-style re-applies, effect outcomes and timer ticks.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use model_agent_core::machine::{Input, Op, Outcome, ReadResult, RootProbe, WatchEvent};
+use model_agent_core::machine::{Input, Op, Outcome, Output, ReadResult, RootProbe, WatchEvent};
 use model_agent_core::placement::NodeView;
 use model_agent_core::prng::Prng;
 use model_agent_core::{Config, Effect, Instant, Kind, ModelKey, ModelObject, ModelSpec, State, Uid};
 
 pub const MODELS: usize = 10_000;
+/// Inputs folded after the setup, by the bench and by the instruction count.
+pub const EVENTS: u64 = 1_000_000;
 
 pub fn objects() -> Vec<ModelObject> {
     (0..MODELS)
@@ -34,23 +36,31 @@ pub fn objects() -> Vec<ModelObject> {
         .collect()
 }
 
+/// Sees what the driver feeds the core and what comes back (the instruction-count harness
+/// tallies inputs or digests both; the bench observes nothing, and `()` compiles away).
+pub trait Observe {
+    fn input(&mut self, _input: &Input) {}
+    fn output(&mut self, _output: &Output) {}
+}
+
+impl Observe for () {}
+
 /// Answers effects the way a healthy shell would; keeps reads for the stream to answer.
-/// `on_feed` sees every input before the core does (the instruction-count harness tallies
-/// them; the bench passes a closure that does nothing, compiled away).
-pub struct Driver<F: FnMut(&Input)> {
+pub struct Driver<O: Observe> {
     pub state: State,
     now: u64,
     pub outstanding: VecDeque<Effect>,
     pub events: u64,
-    on_feed: F,
+    pub observer: O,
 }
 
-impl<F: FnMut(&Input)> Driver<F> {
+impl<O: Observe> Driver<O> {
     fn feed(&mut self, input: Input) {
-        (self.on_feed)(&input);
-        let effects = self.state.handle(Instant(self.now), input).effects;
+        self.observer.input(&input);
+        let output = self.state.handle(Instant(self.now), input);
+        self.observer.output(&output);
         self.events += 1;
-        self.outstanding.extend(effects);
+        self.outstanding.extend(output.effects);
     }
 
     fn answer_one(&mut self, objs: &[ModelObject]) -> bool {
@@ -74,13 +84,13 @@ impl<F: FnMut(&Input)> Driver<F> {
 }
 
 /// A node with 10,000 models listed and Ready.
-pub fn setup<F: FnMut(&Input)>(objs: &[ModelObject], on_feed: F) -> Driver<F> {
+pub fn setup<O: Observe>(objs: &[ModelObject], observer: O) -> Driver<O> {
     let mut d = Driver {
         state: State::new(Config::new("node-1", "/mnt/models")),
         now: 0,
         outstanding: VecDeque::new(),
         events: 0,
-        on_feed,
+        observer,
     };
     d.feed(Input::NodeObserved(NodeView { name: "node-1".into(), labels: Default::default() }));
     for kind in Kind::ALL {
@@ -97,7 +107,7 @@ pub fn setup<F: FnMut(&Input)>(objs: &[ModelObject], on_feed: F) -> Driver<F> {
 
 /// The mixed stream. Shares: ~35% watch updates, ~15% phantom deletes, ~15% relist-style
 /// re-applies, ~10% ticks (time moves 100 ms), and the rest answers to what the core asked.
-pub fn run<F: FnMut(&Input)>(d: &mut Driver<F>, objs: &[ModelObject], events: u64) {
+pub fn run<O: Observe>(d: &mut Driver<O>, objs: &[ModelObject], events: u64) {
     let mut prng = Prng::new(42);
     while d.events < events {
         let roll = prng.up_to(99);

@@ -134,14 +134,18 @@ impl Claims {
         self.truncated.get(&hashes(key)[0]).is_some_and(|ks| ks.contains(key))
     }
 
+    /// Nearly always true: nothing indexed, and no model kept (or the key's text) has another
+    /// reading, so no other model can share `key`'s wire keys. Decided without building them,
+    /// with `colliders`' answer: a model that shares an untruncated key's text reads it two
+    /// ways, so it has another reading too, and otherwise `preimages_besides` finds nothing.
+    #[inline]
+    pub(super) fn none_collide(&self, key: &ModelKey) -> bool {
+        self.truncated.is_empty() && ((self.ambiguous == 0 && !wire::is_truncated(key)) || !has_other_reading(key))
+    }
+
     /// The other known models whose label key or ConfigMap key equals one of `key`'s.
     pub(super) fn colliders(&self, slots: &Map<ModelKey, Arc<Slot>>, key: &ModelKey) -> Vec<ModelKey> {
-        // Nearly always: nothing indexed, and no model kept (or the key's text) has another
-        // reading. Decided without building the wire keys, with the same answer: a model that
-        // shares an untruncated key's text reads it two ways, so it has another reading too,
-        // and otherwise `preimages_besides` finds nothing.
-        let unindexed = self.truncated.is_empty();
-        if unindexed && ((self.ambiguous == 0 && !wire::is_truncated(key)) || !has_other_reading(key)) {
+        if self.none_collide(key) {
             return Vec::new();
         }
         let mine = WireKeys::of(key);
@@ -195,6 +199,9 @@ pub(super) fn contest(
     node: Option<&NodeView>,
     key: &ModelKey,
 ) -> Option<Contest> {
+    if claims.none_collide(key) {
+        return None;
+    }
     let colliders = claims.colliders(slots, key);
     if colliders.is_empty() {
         return None;

@@ -52,7 +52,7 @@ impl State {
     pub(super) fn on_node_read(&mut self, st: &mut Step, id: EffectId, result: Option<NodeReadResult>) {
         let Some(Owner::NodeGet { deadline, sent }) = self.inflight.get(&id).cloned() else { return };
         self.inflight.remove(&id);
-        self.timers.remove(&(deadline, TimerKey::ReadDeadline(id)));
+        self.remove_timer(deadline, TimerKey::ReadDeadline(id));
         if self.node_reads.inflight.is_some_and(|(i, _)| i == id) {
             self.node_reads.inflight = None;
         }

@@ -41,7 +41,7 @@ impl State {
             members[key.kind.index()][1] += usize::from(due);
             for inc in slot.all() {
                 if let Some(at) = inc.timer_at
-                    && !self.timers.contains(&(at, TimerKey::Inc(Arc::new((key.clone(), inc.uid().clone())))))
+                    && !self.timers.contains(&(at, inc_timer(key, inc.uid())))
                 {
                     return Err(format!("{key} {}: its timer at {at:?} is not registered", inc.uid()));
                 }

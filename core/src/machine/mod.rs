@@ -5,6 +5,22 @@
 //! LIST per kind in a storm), and emits the next effect each incarnation needs. One effect per
 //! incarnation is in flight at a time; its outcome comes back as an input.
 
+/// `settle::InPlace` over the state's fields other than `slots` (a record borrowed from it can
+/// be settled in place).
+macro_rules! in_place {
+    ($state:expr, $now:expr) => {
+        settle::InPlace {
+            claims: &$state.claims,
+            kinds: &mut $state.kinds,
+            timers: &mut $state.timers,
+            node: $state.node.as_deref(),
+            waiting: &$state.node_reads.waiting,
+            models_root: &$state.config.models_root,
+            now: $now,
+        }
+    };
+}
+
 mod breaker;
 mod claims;
 mod drift;
@@ -22,9 +38,9 @@ mod timers;
 mod views;
 mod watch;
 
-use imbl::{OrdMap, OrdSet};
+use imbl::OrdMap;
 
-use crate::pcoll::{Map, Set};
+use crate::pcoll::{Map, RunSet, Set};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -113,8 +129,7 @@ struct NodeReads {
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum TimerKey {
-    /// Shared so that timer entries stay small in the ordered set.
-    Inc(Arc<(ModelKey, Uid)>),
+    Inc(IncTimer),
     ReadDeadline(EffectId),
     NodeReadRetry,
     RootProbe,
@@ -122,6 +137,48 @@ enum TimerKey {
     /// A snapshot soon after a shared copy lost its last member (the orphan sweep decides).
     Sweep,
     Purge(String),
+}
+
+/// An incarnation's timer. Ordered by the key's hash first, so that the ordered set compares
+/// two words, not two names (timers of one instant fire in any order: each only wakes its
+/// incarnation and marks its key, and the step sorts the keys it touched).
+#[derive(Clone, Debug)]
+struct IncTimer {
+    key: ModelKey,
+    uid: Uid,
+}
+
+/// The timer of the incarnation `uid` of `key`.
+fn inc_timer(key: &ModelKey, uid: &Uid) -> TimerKey {
+    TimerKey::Inc(IncTimer { key: key.clone(), uid: uid.clone() })
+}
+
+impl PartialEq for IncTimer {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key && self.uid == other.uid
+    }
+}
+
+impl Eq for IncTimer {}
+
+impl PartialOrd for IncTimer {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for IncTimer {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        let hashed = |t: &IncTimer| t.key.fingerprint();
+        hashed(self).cmp(&hashed(other)).then_with(|| self.key.cmp(&other.key)).then_with(|| self.uid.cmp(&other.uid))
+    }
+}
+
+/// Which set the next timer is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TimerSource {
+    Timers,
+    Deadlines,
 }
 
 /// Per-kind list state.
@@ -176,7 +233,11 @@ pub struct State {
     breaker: Breaker,
     root: Option<RootProbe>,
     inflight: Map<EffectId, Owner>,
-    timers: OrdSet<(Instant, TimerKey)>,
+    /// Every timer but the live reads' deadlines, which are apart in `deadlines`.
+    timers: RunSet<(Instant, TimerKey)>,
+    /// `TimerKey::ReadDeadline` timers, as (instant, read): added in this order (a read's
+    /// deadline is its sending time plus one timeout), so adding one is an append.
+    deadlines: RunSet<(Instant, EffectId)>,
     trash: OrdMap<String, Instant>,
     drift_started: bool,
     snapshot_inflight: Option<EffectId>,
@@ -195,6 +256,13 @@ pub struct State {
     backlog: imbl::Vector<Effect>,
     /// The `now` of the latest step: time never goes backwards.
     now_last: Instant,
+    /// Why a live read that timed out failed (from the config), kept rather than formatted
+    /// for every timeout.
+    read_timed_out: Arc<str>,
+    /// Empty buffers for the next step's touched keys and due keys (their capacity only; a
+    /// clone gets none).
+    spare_keys: Vec<ModelKey>,
+    spare_due: Vec<ModelKey>,
 }
 
 /// What one step returns: effects for the shell to execute, in order, and notes for people
@@ -235,10 +303,35 @@ struct Step {
     dir_affected: Vec<ModelKey>,
 }
 
+impl Step {
+    /// The effects, notes and touched keys; the other buffers are empty by now.
+    #[inline(always)]
+    fn into_parts(self) -> (Vec<Effect>, Vec<Note>, Vec<ModelKey>) {
+        let Step { out, notes, dirty, verdicts, dir_affected, .. } = self;
+        release_empty(verdicts);
+        release_empty(dir_affected);
+        (out, notes, dirty)
+    }
+}
+
+/// Drops a buffer without a call when it never allocated (a step's buffers nearly always).
+#[inline]
+fn release_empty<T>(buffer: Vec<T>) {
+    if buffer.capacity() == 0 {
+        // Nothing to free: forgetting an unallocated vector leaks nothing.
+        std::mem::forget(buffer);
+    } else {
+        drop(buffer);
+    }
+}
+
 impl State {
     pub fn new(config: Config) -> State {
         State {
             prng: Prng::new(config.seed),
+            read_timed_out: Arc::from(format!("live read timed out after {} ms", config.live_read_timeout_ms)),
+            spare_keys: Vec::new(),
+            spare_due: Vec::new(),
             config: Arc::new(config),
             effect_id_next: 1,
             seq: 0,
@@ -252,7 +345,8 @@ impl State {
             breaker: Breaker::default(),
             root: None,
             inflight: Map::default(),
-            timers: OrdSet::new(),
+            timers: RunSet::new(),
+            deadlines: RunSet::new(),
             trash: OrdMap::new(),
             drift_started: false,
             snapshot_inflight: None,
@@ -283,7 +377,7 @@ impl State {
         if self.backlog_releasable() {
             return Some(self.now_last);
         }
-        self.timers.get_min().map(|(t, _)| *t)
+        self.next_timer().map(|(at, _)| at)
     }
 
     /// Effects decided but held for the next step (`effects_per_step_max`).
@@ -323,7 +417,7 @@ impl State {
             verdicts: Vec::new(),
             out: Vec::new(),
             notes: Vec::new(),
-            dirty: Vec::new(),
+            dirty: std::mem::take(&mut self.spare_keys),
             copy_released: false,
             dir_affected: Vec::new(),
         };
@@ -332,18 +426,49 @@ impl State {
             self.set_timer(now, TimerKey::RootProbe);
         }
         self.on_input(&mut st, input);
+        if self.idle_after(&st) {
+            // Most inputs change nothing (a watch event of a model as it is, a repeated
+            // deletion of a model already in question, a late answer): the rest of the step
+            // would find nothing to do.
+            let (effects, notes, dirty) = st.into_parts();
+            release_empty(std::mem::replace(&mut self.spare_keys, dirty));
+            return Output { effects, notes };
+        }
         self.fire_timers(&mut st);
-        self.count_candidates(&mut st);
-        self.apply_verdicts(&mut st);
+        if st.candidates_here > 0 {
+            self.count_candidates(&mut st);
+        }
+        if !st.verdicts.is_empty() {
+            self.apply_verdicts(&mut st);
+        }
         self.settle(&mut st);
-        let effects = self.release_effects(st.out);
+        let (out, notes, dirty) = st.into_parts();
+        release_empty(dirty);
+        let effects = self.release_effects(out);
         #[cfg(debug_assertions)]
         if self.invariants_due()
             && let Err(broken) = self.invariants()
         {
             panic!("invariant broken after step {} at {now:?}: {broken}", self.seq);
         }
-        Output { effects, notes: st.notes }
+        Output { effects, notes }
+    }
+
+    /// Would the rest of the step, after its input, do nothing? Nothing was marked or decided,
+    /// no timer is due, no read is due or wanted, and no effect waits in the backlog. (The
+    /// invariants hold still: the input changed nothing they read.)
+    fn idle_after(&self, st: &Step) -> bool {
+        st.dirty.is_empty()
+            && st.out.is_empty()
+            && st.notes.is_empty()
+            && st.verdicts.is_empty()
+            && st.candidates_here == 0
+            && st.dir_affected.is_empty()
+            && !st.copy_released
+            && self.next_timer().is_none_or(|(at, _)| at > st.now)
+            && self.kinds.iter().all(|k| k.due.is_empty())
+            && !self.node_reads.wanted
+            && self.backlog.is_empty()
     }
 
     /// Debug builds check the invariants after every step while the state is small, and then

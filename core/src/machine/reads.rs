@@ -44,7 +44,7 @@ impl State {
         self.inflight.remove(&id);
         // A timed-out read's deadline has just fired: the timer is gone already.
         if !matches!(end, ReadEnd::TimedOut) {
-            self.timers.remove(&(deadline, TimerKey::ReadDeadline(id)));
+            self.remove_timer(deadline, TimerKey::ReadDeadline(id));
         }
         if self.kinds[kind.index()].list_inflight == Some(id) {
             self.kinds[kind.index()].list_inflight = None;
@@ -88,7 +88,7 @@ impl State {
         match (end, is_list) {
             (ReadEnd::TimedOut, _) => {
                 self.stats.reads_timed_out += 1;
-                Err(format!("live read timed out after {} ms", self.config.live_read_timeout_ms))
+                Err(String::from(&*self.read_timed_out))
             }
             (ReadEnd::Get(ReadResult::Failed(reason)), false) | (ReadEnd::List(ListResult::Failed(reason)), true) => {
                 Err(reason)
@@ -179,6 +179,7 @@ impl State {
         let mut last_delay = None;
         for key in keys {
             let Some(slot) = self.slots.get_mut(key).map(Arc::make_mut) else { continue };
+            let mut waits = false;
             for inc in slot.all_mut().filter(|i| i.awaits(id)) {
                 let Life::PendingConfirm { attempt, read, .. } = &mut inc.life else { continue };
                 let delay = match shared_delay {
@@ -191,6 +192,9 @@ impl State {
                 *attempt = attempt.saturating_add(1);
                 *read = ReadState::Waiting { at: st.now.plus_ms(delay) };
                 last_delay = Some(delay);
+                waits = true;
+            }
+            if waits && !in_place!(self, st.now).settle(key, slot, true) {
                 st.dirty.push(key.clone());
             }
         }
@@ -215,7 +219,10 @@ impl State {
                 touched.extend(sync.pending.iter().cloned());
                 self.issue_list(st, kind, ListPurpose::Candidates);
             } else {
-                for key in sorted(sync.due.iter().cloned().collect()) {
+                let mut due = std::mem::take(&mut self.spare_due);
+                due.extend(sync.due.iter().cloned());
+                due.sort_unstable();
+                for key in due.drain(..) {
                     let deadline = st.now.plus_ms(self.config.live_read_timeout_ms);
                     let sent = Sent { seq: st.seq, at: st.now };
                     let id = self.emit(
@@ -229,9 +236,13 @@ impl State {
                         for inc in slot.all_mut().filter(|i| i.read_due()) {
                             set_read(inc, ReadState::InFlight { id });
                         }
+                        if in_place!(self, st.now).settle(&key, slot, false) {
+                            continue;
+                        }
                     }
                     touched.push(key);
                 }
+                self.spare_due = due;
             }
         }
         // Their indexes are brought up to date when each touched key is settled, right after.

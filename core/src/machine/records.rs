@@ -295,7 +295,12 @@ impl Incarnation {
             Fetched::Failed { retry_at, .. } => Some(retry_at),
             _ => None,
         };
-        [read, self.blocked_until, fetch].into_iter().flatten().min()
+        let earlier = |a: Option<Instant>, b: Option<Instant>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, None) => a,
+            (None, b) => b,
+        };
+        earlier(earlier(read, self.blocked_until), fetch)
     }
 
     /// Wake: timers that have passed move their state on.
@@ -346,6 +351,19 @@ impl Slot {
 
     pub fn all(&self) -> impl Iterator<Item = &Incarnation> {
         self.current.iter().chain(self.former.iter())
+    }
+
+    /// Does every incarnation satisfy `f` (true for none)? Without an iterator chain: this is
+    /// asked of every record a step settles.
+    #[inline]
+    pub fn every(&self, f: impl Fn(&Incarnation) -> bool) -> bool {
+        self.current.as_ref().is_none_or(&f) && self.former.iter().all(f)
+    }
+
+    /// Does some incarnation satisfy `f`?
+    #[inline]
+    pub fn some(&self, f: impl Fn(&Incarnation) -> bool) -> bool {
+        self.current.as_ref().is_some_and(&f) || self.former.iter().any(f)
     }
 
     pub fn all_mut(&mut self) -> impl Iterator<Item = &mut Incarnation> {

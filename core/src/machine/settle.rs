@@ -13,33 +13,58 @@ impl State {
 
     pub(super) fn settle(&mut self, st: &mut Step) {
         let mut dirty = std::mem::take(&mut st.dirty);
-        dirty.sort_unstable();
-        dirty.dedup();
+        if dirty.len() > 1 {
+            dirty.sort_unstable();
+            dirty.dedup();
+        }
         for key in &dirty {
             self.prepare_key(st, key);
         }
         // Exits begun above count before any read for them is sent.
-        self.count_candidates(st);
+        if st.candidates_here > 0 {
+            self.count_candidates(st);
+        }
         self.issue_node_read(st);
         let mut touched = self.issue_reads(st);
-        touched.extend(dirty);
-        touched.extend(std::mem::take(&mut st.dirty));
-        touched.sort_unstable();
-        touched.dedup();
+        let more = std::mem::take(&mut st.dirty);
+        if touched.is_empty() && more.is_empty() {
+            // Sorted and deduplicated already.
+            touched = dirty;
+        } else {
+            touched.extend(dirty);
+            touched.extend(more);
+            if touched.len() > 1 {
+                touched.sort_unstable();
+                touched.dedup();
+            }
+        }
         for key in &touched {
             self.settle_key(st, key);
         }
         // Who owns a shared key may have changed with any of its claimants.
-        let mut colliders: Vec<ModelKey> = touched.iter().flat_map(|k| self.claims.colliders(&self.slots, k)).collect();
-        colliders.sort_unstable();
-        colliders.dedup();
-        colliders.retain(|k| touched.binary_search(k).is_err());
-        for key in &colliders {
-            self.settle_key(st, key);
+        let mut colliders: Vec<ModelKey> = Vec::new();
+        for key in touched.iter().filter(|k| !self.claims.none_collide(k)) {
+            colliders.extend(self.claims.colliders(&self.slots, key));
         }
-        self.settle_dir_members(st);
+        if !colliders.is_empty() {
+            colliders.sort_unstable();
+            colliders.dedup();
+            colliders.retain(|k| touched.binary_search(k).is_err());
+            for key in &colliders {
+                self.settle_key(st, key);
+            }
+        }
+        if !st.dir_affected.is_empty() {
+            self.settle_dir_members(st);
+        }
         if std::mem::take(&mut st.copy_released) {
             self.sweep_soon(st);
+        }
+        // Kept for the next step, unless a step that touched many keys made it large.
+        const SPARE_KEYS_MAX: usize = 1024;
+        if touched.capacity() <= SPARE_KEYS_MAX {
+            touched.clear();
+            self.spare_keys = touched;
         }
     }
 
@@ -66,6 +91,9 @@ impl State {
     /// With one lookup: placement changes of the current incarnation (`placement_step`), exits
     /// decided by the Node witness, and the indexes.
     pub(super) fn prepare_key(&mut self, st: &mut Step, key: &ModelKey) {
+        if self.prepared_already(key) {
+            return;
+        }
         let State { slots, kinds, node, node_reads, breaker, stats, .. } = self;
         let sync = &mut kinds[key.kind.index()];
         let Some(slot) = slots.get_mut(key).map(Arc::make_mut) else {
@@ -101,6 +129,22 @@ impl State {
         reindex_slot(sync, key, Some(slot));
     }
 
+    /// Would `prepare_key` change nothing? Read without copying the record (a timer or a failed
+    /// read changes nothing it looks at, nearly always): placement stays, no exit awaits the
+    /// Node witness, and the indexes agree with the record.
+    fn prepared_already(&self, key: &ModelKey) -> bool {
+        let Some(slot) = self.slots.get(key) else { return false };
+        let placement_stays = slot.current.as_ref().is_none_or(|inc| {
+            placement_step(&inc.life, eligible_now(inc, self.node.as_deref()), inc.something_here())
+                == PlacementStep::Stay
+        });
+        placement_stays
+            && !slot.some(Incarnation::awaits_node_witness)
+            && slot.some(Incarnation::is_pending) == slot.indexed_pending
+            && slot.some(Incarnation::read_due) == slot.indexed_due
+            && (self.node_reads.waiting.is_empty() || !self.node_reads.waiting.contains(key))
+    }
+
     /// Drive one touched model with a single map lookup: emit what its incarnations need next,
     /// sync their timers and the per-kind indexes, and drop the record once it is empty.
     pub(super) fn settle_key(&mut self, st: &mut Step, key: &ModelKey) {
@@ -128,6 +172,12 @@ impl State {
             return;
         };
         let slot = Arc::make_mut(shared);
+        if contest.is_none() && waits_quietly(slot, synced, node.as_deref(), &config.models_root, st.now) {
+            // Nothing to decide and no directory to register: timers and indexes only.
+            sync_timers(timers, key, slot);
+            reindex_slot(sync, key, Some(slot));
+            return;
+        }
         let mut emitter = Emitter { next_id: effect_id_next, inflight, out: &mut st.out, notes: &mut st.notes };
         let env = Env {
             node: node.as_deref(),
@@ -142,15 +192,19 @@ impl State {
             dirs_trashing,
         };
         let before: Vec<(Arc<str>, Uid)> = registrations(slot);
-        let before_dirs: Vec<Arc<str>> = before.iter().map(|(d, _)| d.clone()).collect();
         st.copy_released |= drive(&env, &mut emitter, timers, stats, key, slot);
-        let gone: Vec<(Arc<str>, Uid)> =
-            before.into_iter().filter(|(_, uid)| !slot.all().any(|i| i.uid() == uid)).collect();
-        st.dir_affected.extend(shared::unregister(dirs, &gone));
+        if !before.is_empty() {
+            let gone: Vec<(Arc<str>, Uid)> =
+                before.iter().filter(|(_, uid)| !slot.all().any(|i| i.uid() == uid)).cloned().collect();
+            st.dir_affected.extend(shared::unregister(dirs, &gone));
+        }
         let held = contest.as_ref().is_some_and(|c| c.held_by.is_some());
-        st.dir_affected.extend(shared::register(dirs, key, slot, &config.models_root, (node.as_deref(), held)));
+        let affected = shared::register(dirs, key, slot, &config.models_root, (node.as_deref(), held));
+        if !affected.is_empty() {
+            st.dir_affected.extend(affected);
+        }
         // A copy whose last user left (a delete, a switch to its own download): the sweep decides.
-        st.copy_released |= before_dirs.iter().any(|d| shared::copy_parts(d).is_some() && !dirs.contains_key(d));
+        st.copy_released |= before.iter().any(|(d, _)| shared::copy_parts(d).is_some() && !dirs.contains_key(d));
         sync_timers(timers, key, slot);
         if slot.is_empty() {
             reindex_slot(sync, key, None);
@@ -179,6 +233,9 @@ pub(super) struct Env<'a> {
 
 /// The directories a slot's incarnations are registered in.
 fn registrations(slot: &Slot) -> Vec<(Arc<str>, Uid)> {
+    if slot.all().all(|i| i.share.is_none()) {
+        return Vec::new();
+    }
     slot.all()
         .filter_map(|i| i.share.as_ref()?.registered.as_ref().map(|(dir, _)| (dir.clone(), i.uid().clone())))
         .collect()
@@ -190,7 +247,7 @@ fn registrations(slot: &Slot) -> Vec<(Arc<str>, Uid)> {
 pub(super) fn drive(
     env: &Env,
     emitter: &mut Emitter,
-    timers: &mut OrdSet<(Instant, TimerKey)>,
+    timers: &mut RunSet<(Instant, TimerKey)>,
     stats: &mut Stats,
     key: &ModelKey,
     slot: &mut Slot,
@@ -211,6 +268,12 @@ pub(super) fn drive(
         }
         let running = inc.download.as_deref().is_some_and(|run| !run.cancel_sent);
         if !running && (inc.inflight.is_some() || inc.blocked_until.is_some_and(|t| t > env.now)) {
+            continue;
+        }
+        if !running && holds_quietly(env, key, inc, is_current) {
+            if is_current {
+                held_by = None;
+            }
             continue;
         }
         // Read when the current one decides: a former one may have just left a directory
@@ -243,8 +306,12 @@ pub(super) fn drive(
         }
     }
     note_collision(emitter, key, slot, held_by);
-    emit_cancels(emitter, slot, cancels);
-    emit_actions(emitter, key, slot, actions);
+    if !cancels.is_empty() {
+        emit_cancels(emitter, slot, cancels);
+    }
+    if !actions.is_empty() {
+        emit_actions(emitter, key, slot, actions);
+    }
     if !finished.is_empty() {
         drop_finished(timers, stats, key, slot, &finished);
         stats.candidates += normalize(slot, env.now, env.seq);
@@ -309,6 +376,75 @@ fn share_step(inc: &mut Incarnation, ctx: &Context, want: &Want) -> bool {
         }
     }
     copy_released
+}
+
+/// What settling one key in place reads and writes: fields of the state apart from `slots`, so
+/// that the lookup which changed a record can settle it too.
+pub(super) struct InPlace<'a> {
+    pub(super) claims: &'a Claims,
+    pub(super) kinds: &'a mut [KindSync; 2],
+    pub(super) timers: &'a mut RunSet<(Instant, TimerKey)>,
+    pub(super) node: Option<&'a NodeView>,
+    pub(super) waiting: &'a Set<ModelKey>,
+    pub(super) models_root: &'a str,
+    pub(super) now: Instant,
+}
+
+impl InPlace<'_> {
+    /// Settle `key` now, in the lookup that just moved one of its live reads along (a read
+    /// failed, a backoff ended, a GET was sent), when the step could only update its timers and
+    /// indexes: `settle_key` would take its quiet path (no colliding model, every incarnation
+    /// waits quietly) and, with `unprepared`, `prepare_key` would change nothing (placement
+    /// stays, no exit awaits the Node witness). No timer it sets can be due in this step. False:
+    /// the key must be settled with the step, as before.
+    pub(super) fn settle(&mut self, key: &ModelKey, slot: &mut Slot, unprepared: bool) -> bool {
+        let synced = self.kinds.iter().all(|k| k.synced);
+        let prepared = || {
+            let placement_stays = slot.current.as_ref().is_none_or(|inc| {
+                placement_step(&inc.life, eligible_now(inc, self.node), inc.something_here()) == PlacementStep::Stay
+            });
+            placement_stays
+                && !slot.some(Incarnation::awaits_node_witness)
+                && (self.waiting.is_empty() || !self.waiting.contains(key))
+        };
+        let quiet = self.claims.none_collide(key)
+            && waits_quietly(slot, synced, self.node, self.models_root, self.now)
+            && slot.every(|inc| inc.wake_at().is_none_or(|at| at > self.now))
+            && (!unprepared || prepared());
+        if quiet {
+            sync_timers(self.timers, key, slot);
+            reindex_slot(&mut self.kinds[key.kind.index()], key, Some(slot));
+        }
+        quiet
+    }
+}
+
+/// Would `drive` and `shared::register` leave this slot as it is (with no colliding model)? Every
+/// incarnation waits (an effect in flight, a backoff, a live read or every kind's list) and uses
+/// no directory, and the current one holds no shared key: `drive` passes over each (see
+/// `holds_quietly`) and notes no collision, and `register` finds nothing to join or leave.
+fn waits_quietly(slot: &Slot, synced: bool, node: Option<&NodeView>, models_root: &str, now: Instant) -> bool {
+    // `member_of` is none without a download, a directory owned or a spec that downloads.
+    let uses_no_dir = |inc: &Incarnation| {
+        (inc.owned_dir.is_none() && !inc.obj.spec().is_some_and(|s| s.uri.as_ref().is_ok_and(|u| u.downloads())))
+            || shared::member_of(&inc.obj.key, inc, models_root, (node, false)).is_none()
+    };
+    let waits = |inc: &Incarnation| {
+        inc.share.is_none()
+            && inc.download.is_none()
+            && (inc.inflight.is_some() || inc.blocked_until.is_some_and(|t| t > now) || !synced || inc.is_pending())
+            && uses_no_dir(inc)
+    };
+    slot.current.as_ref().is_some_and(|c| c.held_by.is_none()) && slot.every(waits)
+}
+
+/// Nothing to decide for an incarnation that waits (for a live read, or for every kind's list:
+/// `want` holds) and uses no directory (`share_step` has nothing to read): the common case,
+/// decided without building its context.
+fn holds_quietly(env: &Env, key: &ModelKey, inc: &Incarnation, is_current: bool) -> bool {
+    let held = is_current && env.contest.is_some_and(|c| c.held_by.is_some());
+    (!env.synced || inc.is_pending())
+        && shared::member_of(key, inc, &env.config.models_root, (env.node, held)).is_none()
 }
 
 /// What the rest of the state contributes to one incarnation's decision.
@@ -386,7 +522,7 @@ fn emit_actions(emitter: &mut Emitter, key: &ModelKey, slot: &mut Slot, actions:
 
 /// Incarnations confirmed gone with nothing left to remove leave the record, timers and all.
 fn drop_finished(
-    timers: &mut OrdSet<(Instant, TimerKey)>,
+    timers: &mut RunSet<(Instant, TimerKey)>,
     stats: &mut Stats,
     key: &ModelKey,
     slot: &mut Slot,
@@ -400,7 +536,7 @@ fn drop_finished(
             slot.former.retain(|f| f.uid() != uid);
         }
         if let Some(at) = timer_at {
-            timers.remove(&(at, TimerKey::Inc(Arc::new((key.clone(), uid.clone())))));
+            timers.remove(&(at, inc_timer(key, uid)));
         }
         stats.cleanups_done += 1;
     }
@@ -452,8 +588,8 @@ pub(super) fn reindex_slot(sync: &mut KindSync, key: &ModelKey, slot: Option<&mu
         sync.due.remove(key);
         return;
     };
-    let pending = slot.all().any(Incarnation::is_pending);
-    let due = slot.all().any(Incarnation::read_due);
+    let pending = slot.some(Incarnation::is_pending);
+    let due = slot.some(Incarnation::read_due);
     set_membership(&mut sync.pending, key, &mut slot.indexed_pending, pending);
     set_membership(&mut sync.due, key, &mut slot.indexed_due, due);
 }

@@ -156,11 +156,13 @@ pub fn member_of(
     models_root: &str,
     (node, held): (Option<&NodeView>, bool),
 ) -> Option<(Arc<str>, Member)> {
-    let placed = !held
-        && matches!(inc.life, Life::Observed | Life::PendingConfirm { .. })
-        && eligible_now(inc, node) != Some(false);
+    let placed = || {
+        !held
+            && matches!(inc.life, Life::Observed | Life::PendingConfirm { .. })
+            && eligible_now(inc, node) != Some(false)
+    };
     let plan = match (inc.obj.spec(), &inc.dest) {
-        (Some(spec), Ok(Some(dest))) if placed && spec.uri.as_ref().is_ok_and(|u| u.downloads()) => {
+        (Some(spec), Ok(Some(dest))) if spec.uri.as_ref().is_ok_and(|u| u.downloads()) && placed() => {
             planned(inc, spec, dest, models_root).ok()
         }
         _ => None,
@@ -243,15 +245,15 @@ pub(super) fn register(
     (node, held): (Option<&NodeView>, bool),
 ) -> Vec<ModelKey> {
     let mut affected = Vec::new();
-    let current = slot.current.as_ref().map(|i| i.uid().clone());
+    let held_current = held.then(|| slot.current.as_ref().map(|i| i.uid().clone())).flatten();
     for inc in slot.all_mut() {
-        let held = held && current.as_ref() == Some(inc.uid());
+        let held = held_current.as_ref() == Some(inc.uid());
         let now = member_of(key, inc, models_root, (node, held));
-        let before = inc.share.as_ref().and_then(|s| s.registered.clone());
-        if now == before {
+        let before = inc.share.as_ref().and_then(|s| s.registered.as_ref());
+        if now.as_ref() == before {
             continue;
         }
-        if let Some((dir, old)) = &before {
+        if let Some((dir, old)) = before {
             leave(dirs, dir, &old.uid, &mut affected);
         }
         if let Some((dir, member)) = &now {
@@ -261,7 +263,9 @@ pub(super) fn register(
             inc.share_mut().registered = now;
         }
     }
-    affected.retain(|k| k != key);
+    if !affected.is_empty() {
+        affected.retain(|k| k != key);
+    }
     affected
 }
 

@@ -8,7 +8,45 @@ impl State {
     // ------------------------------------------------------------------------------------------
 
     pub(super) fn set_timer(&mut self, at: Instant, key: TimerKey) {
-        self.timers.insert((at, key));
+        match key {
+            TimerKey::ReadDeadline(id) => self.deadlines.insert((at, id)),
+            key => self.timers.insert((at, key)),
+        };
+    }
+
+    pub(super) fn remove_timer(&mut self, at: Instant, key: TimerKey) {
+        match key {
+            TimerKey::ReadDeadline(id) => self.deadlines.remove(&(at, id)),
+            key => self.timers.remove(&(at, key)),
+        };
+    }
+
+    /// The earliest timer, in the order of one set of (instant, key): at one instant,
+    /// incarnations' timers come before reads' deadlines, and those before the rest.
+    pub(super) fn next_timer(&self) -> Option<(Instant, TimerSource)> {
+        let timer = self.timers.get_min();
+        let deadline = self.deadlines.get_min();
+        match (timer, deadline) {
+            (None, None) => None,
+            (Some((at, _)), None) => Some((*at, TimerSource::Timers)),
+            (None, Some((at, _))) => Some((*at, TimerSource::Deadlines)),
+            (Some((t, key)), Some((d, _))) => {
+                let timer_first = t < d || (t == d && matches!(key, TimerKey::Inc(_)));
+                Some(if timer_first { (*t, TimerSource::Timers) } else { (*d, TimerSource::Deadlines) })
+            }
+        }
+    }
+
+    /// Take the earliest timer if it is due at `now`.
+    fn take_due_timer(&mut self, now: Instant) -> Option<TimerKey> {
+        let (at, source) = self.next_timer()?;
+        if at > now {
+            return None;
+        }
+        match source {
+            TimerSource::Timers => self.timers.remove_min().map(|(_, key)| key),
+            TimerSource::Deadlines => self.deadlines.remove_min().map(|(_, id)| TimerKey::ReadDeadline(id)),
+        }
     }
 
     /// A snapshot never answered (the API was down) is replaced, not waited for: at most one
@@ -31,14 +69,14 @@ impl State {
     }
 
     pub(super) fn fire_timers(&mut self, st: &mut Step) {
-        while self.timers.get_min().is_some_and(|(at, _)| *at <= st.now) {
-            let Some((_, key)) = self.timers.remove_min() else { break };
+        while let Some(key) = self.take_due_timer(st.now) {
             match key {
-                TimerKey::Inc(id) => {
-                    let (key, uid) = (*id).clone();
-                    if let Some(inc) = self.slots.get_mut(&key).map(Arc::make_mut).and_then(|s| s.find_mut(&uid)) {
-                        inc.timer_at = None;
-                        inc.wake(st.now);
+                TimerKey::Inc(IncTimer { key, uid }) => {
+                    let Some(slot) = self.slots.get_mut(&key).map(Arc::make_mut) else { continue };
+                    let Some(inc) = slot.find_mut(&uid) else { continue };
+                    inc.timer_at = None;
+                    inc.wake(st.now);
+                    if !in_place!(self, st.now).settle(&key, slot, true) {
                         st.dirty.push(key);
                     }
                 }
@@ -74,13 +112,13 @@ impl State {
     }
 }
 
-pub(super) fn sync_timers(timers: &mut OrdSet<(Instant, TimerKey)>, key: &ModelKey, slot: &mut Slot) {
+pub(super) fn sync_timers(timers: &mut RunSet<(Instant, TimerKey)>, key: &ModelKey, slot: &mut Slot) {
     for inc in slot.all_mut() {
         let want = inc.wake_at();
         if want == inc.timer_at {
             continue;
         }
-        let id = TimerKey::Inc(Arc::new((key.clone(), inc.uid().clone())));
+        let id = inc_timer(key, inc.uid());
         if let Some(at) = inc.timer_at {
             timers.remove(&(at, id.clone()));
         }
