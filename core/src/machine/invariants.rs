@@ -9,6 +9,7 @@ impl State {
     pub fn invariants(&self) -> Result<(), String> {
         self.slot_invariants()?;
         self.inflight_invariants()?;
+        self.window_invariants()?;
         if let Some(key) = self.node_reads.waiting.iter().find(|k| !self.slots.contains_key(*k)) {
             return Err(format!("{key} waits for a Node witness but has no record"));
         }
@@ -79,6 +80,20 @@ impl State {
                 if set.len() != n {
                     return Err(format!("the {what} index of {} holds {}, the records {n}", kind.plural(), set.len()));
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Per kind: a key due for a read waits only for a LIST in flight or an open window (whose
+    /// timer is the kind's `window_at`).
+    fn window_invariants(&self) -> Result<(), String> {
+        for kind in Kind::ALL {
+            let sync = &self.kinds[kind.index()];
+            if let Some(key) = sync.due.iter().next()
+                && !sync.reads_held()
+            {
+                return Err(format!("{key} is due for a read, but no LIST is in flight and no window is open"));
             }
         }
         Ok(())

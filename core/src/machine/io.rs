@@ -46,9 +46,19 @@ pub struct Config {
     pub retry_delay_ms_min: u64,
     pub retry_delay_ms_max: u64,
     /// From this many keys of one kind due for a read at once, one LIST replaces the GETs.
-    /// A LIST costs the API server O(objects of the kind), so a handful of GETs is cheaper;
-    /// a relist storm (every key at once) always coalesces.
     pub coalesce_keys_min: usize,
+    /// Keys of one kind that fall due within this long after a read of the kind was sent (or
+    /// while a LIST of it is in flight) wait and go out together when the window closes, so a
+    /// storm's stragglers share one LIST. A lone candidate with no recent read of its kind is
+    /// read at once. 0 (traces recorded before the window): no window.
+    #[serde(default)]
+    pub coalesce_window_ms: u64,
+    /// A LIST costs the API server O(models of the kind), a GET O(1): a LIST is sent only when
+    /// it answers at least one due key per this many models kept, so a few keys among
+    /// thousands of models stay GETs. A relist storm (every key at once) always coalesces.
+    /// 0 (traces recorded before it): no such limit.
+    #[serde(default)]
+    pub coalesce_models_per_key_max: usize,
     pub drift_period_ms: u64,
     pub root_probe_period_ms: u64,
     /// How long a trashed directory is kept before it is purged.
@@ -95,7 +105,9 @@ impl Config {
             live_read_timeout_ms: 10_000,
             retry_delay_ms_min: 1_000,
             retry_delay_ms_max: 300_000,
-            coalesce_keys_min: 16,
+            coalesce_keys_min: 2,
+            coalesce_window_ms: 500,
+            coalesce_models_per_key_max: 32,
             drift_period_ms: 300_000,
             root_probe_period_ms: 10_000,
             trash_grace_ms: 3_600_000,

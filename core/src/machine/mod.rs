@@ -179,6 +179,10 @@ impl Ord for IncTimer {
 enum TimerSource {
     Timers,
     Deadlines,
+    /// The read window of this kind closes (`KindSync::window_at`). Kept beside its kind, not
+    /// in `timers`: one more variant of `TimerKey` slows every comparison in that set (measured
+    /// with `scripts/bench-core-instructions`), and a window opens with most reads.
+    Window(Kind),
 }
 
 /// Per-kind list state.
@@ -193,6 +197,17 @@ struct KindSync {
     /// Keys with an incarnation pending confirmation, and those whose read is due now.
     pending: Set<ModelKey>,
     due: Set<ModelKey>,
+    /// When the coalescing window of this kind's reads closes: due keys wait until then. A
+    /// timer (`next_timer`'s `TimerSource::Window`); its closing is all it does, and the keys
+    /// go out in `issue_reads` in the same step.
+    window_at: Option<Instant>,
+}
+
+impl KindSync {
+    /// Due keys wait: for the LIST in flight, or for the window to close.
+    fn reads_held(&self) -> bool {
+        self.list_inflight.is_some() || self.window_at.is_some()
+    }
 }
 
 /// Counters, for metrics and the simulator's reports.
@@ -455,7 +470,9 @@ impl State {
     }
 
     /// Would the rest of the step, after its input, do nothing? Nothing was marked or decided,
-    /// no timer is due, no read is due or wanted, and no effect waits in the backlog. (The
+    /// no timer is due, no read is due (and free to go: not held by a LIST in flight or a
+    /// window, whose end is an input or a timer) or wanted, and no effect waits in the
+    /// backlog. (The
     /// invariants hold still: the input changed nothing they read.)
     fn idle_after(&self, st: &Step) -> bool {
         st.dirty.is_empty()
@@ -466,7 +483,7 @@ impl State {
             && st.dir_affected.is_empty()
             && !st.copy_released
             && self.next_timer().is_none_or(|(at, _)| at > st.now)
-            && self.kinds.iter().all(|k| k.due.is_empty())
+            && self.kinds.iter().all(|k| k.due.is_empty() || k.reads_held())
             && !self.node_reads.wanted
             && self.backlog.is_empty()
     }
@@ -627,6 +644,8 @@ mod tests_bounds;
 mod tests_collisions;
 #[cfg(test)]
 mod tests_downloads;
+#[cfg(test)]
+mod tests_reads;
 #[cfg(test)]
 mod tests_shared;
 #[cfg(test)]

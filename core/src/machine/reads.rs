@@ -204,49 +204,87 @@ impl State {
         }
     }
 
-    /// Issue the reads that are due: one LIST per kind when enough keys are due (or one is in
-    /// flight already and will be followed by another), else one GET per key.
+    /// Issue the reads that are due, per kind: none while a LIST of the kind is in flight (it
+    /// does not answer candidates made after it was sent: they are read when it returns) or
+    /// its coalescing window is open; else one LIST when enough keys are due
+    /// (`list_keys_min`), and the window opens, or one GET per key. A window follows a LIST
+    /// only: keys that came due together mean a storm, whose stragglers are worth waiting for;
+    /// after a lone GET they rarely add up to a LIST, and waiting would only add latency (and
+    /// instructions: `scripts/bench-core-instructions`, a steady trickle of deletes).
     pub(super) fn issue_reads(&mut self, st: &mut Step) -> Vec<ModelKey> {
         let mut touched = Vec::new();
         for kind in Kind::ALL {
             let sync = &self.kinds[kind.index()];
-            if sync.due.is_empty() || sync.list_inflight.is_some() {
-                // A LIST in flight does not answer candidates made after it was sent: they are
-                // read when it returns.
+            if sync.due.is_empty() || sync.reads_held() {
                 continue;
             }
-            if sync.due.len() >= self.config.coalesce_keys_min {
+            if sync.due.len() >= self.list_keys_min() {
                 touched.extend(sync.pending.iter().cloned());
                 self.issue_list(st, kind, ListPurpose::Candidates);
-            } else {
-                let mut due = std::mem::take(&mut self.spare_due);
-                due.extend(sync.due.iter().cloned());
-                due.sort_unstable();
-                for key in due.drain(..) {
-                    let deadline = st.now.plus_ms(self.config.live_read_timeout_ms);
-                    let sent = Sent { seq: st.seq, at: st.now };
-                    let id = self.emit(
-                        st,
-                        Op::LiveGet { key: key.clone() },
-                        Some(Owner::Get { key: key.clone(), deadline, sent }),
-                    );
-                    self.set_timer(deadline, TimerKey::ReadDeadline(id));
-                    self.stats.live_gets += 1;
-                    if let Some(slot) = self.slots.get_mut(&key).map(Arc::make_mut) {
-                        for inc in slot.all_mut().filter(|i| i.read_due()) {
-                            set_read(inc, ReadState::InFlight { id });
-                        }
-                        if in_place!(self, st.now).settle(&key, slot, false) {
-                            continue;
-                        }
-                    }
-                    touched.push(key);
+                if self.config.coalesce_window_ms > 0 {
+                    self.open_window(st.now.plus_ms(self.config.coalesce_window_ms), kind);
                 }
-                self.spare_due = due;
+            } else {
+                self.issue_gets(st, kind, &mut touched);
             }
         }
         // Their indexes are brought up to date when each touched key is settled, right after.
         touched
+    }
+
+    /// The fewest due keys of one kind that one LIST answers: `coalesce_keys_min`, and at least
+    /// one per `coalesce_models_per_key_max` models kept (the API server's cost of a LIST).
+    fn list_keys_min(&self) -> usize {
+        let per_models = match self.config.coalesce_models_per_key_max {
+            0 => 0,
+            models_per_key => self.slots.len().div_ceil(models_per_key),
+        };
+        self.config.coalesce_keys_min.max(per_models)
+    }
+
+    /// Due keys of `kind` wait until `at` (a timer: `TimerSource::Window`).
+    pub(super) fn open_window(&mut self, at: Instant, kind: Kind) {
+        debug_assert!(self.kinds[kind.index()].window_at.is_none(), "one window per kind");
+        self.kinds[kind.index()].window_at = Some(at);
+    }
+
+    /// A key made due after this step's reads went out (a former incarnation revived when
+    /// another was dropped) waits for a window, closing at once without one: no due key is
+    /// left without a LIST or a timer that sends it.
+    pub(super) fn hold_late_due(&mut self, st: &Step) {
+        for kind in Kind::ALL {
+            let sync = &self.kinds[kind.index()];
+            if !sync.due.is_empty() && !sync.reads_held() {
+                self.open_window(st.now.plus_ms(self.config.coalesce_window_ms), kind);
+            }
+        }
+    }
+
+    /// One GET per due key of `kind`, in key order.
+    fn issue_gets(&mut self, st: &mut Step, kind: Kind, touched: &mut Vec<ModelKey>) {
+        let mut due = std::mem::take(&mut self.spare_due);
+        due.extend(self.kinds[kind.index()].due.iter().cloned());
+        // In an order that is a pure function of the keys, by their hashes first: a window's
+        // keys are sorted in a few word comparisons rather than name comparisons.
+        due.sort_unstable_by(|a, b| a.fingerprint().cmp(&b.fingerprint()).then_with(|| a.cmp(b)));
+        for key in due.drain(..) {
+            let deadline = st.now.plus_ms(self.config.live_read_timeout_ms);
+            let sent = Sent { seq: st.seq, at: st.now };
+            let id =
+                self.emit(st, Op::LiveGet { key: key.clone() }, Some(Owner::Get { key: key.clone(), deadline, sent }));
+            self.set_timer(deadline, TimerKey::ReadDeadline(id));
+            self.stats.live_gets += 1;
+            if let Some(slot) = self.slots.get_mut(&key).map(Arc::make_mut) {
+                for inc in slot.all_mut().filter(|i| i.read_due()) {
+                    set_read(inc, ReadState::InFlight { id });
+                }
+                if in_place!(self, st.now).settle(&key, slot, false) {
+                    continue;
+                }
+            }
+            touched.push(key);
+        }
+        self.spare_due = due;
     }
 
     /// A quorum LIST of `kind` that answers every incarnation of the kind pending now whose read

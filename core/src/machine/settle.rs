@@ -60,6 +60,7 @@ impl State {
         if std::mem::take(&mut st.copy_released) {
             self.sweep_soon(st);
         }
+        self.hold_late_due(st);
         // Kept for the next step, unless a step that touched many keys made it large.
         const SPARE_KEYS_MAX: usize = 1024;
         if touched.capacity() <= SPARE_KEYS_MAX {

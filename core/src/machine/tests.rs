@@ -6,6 +6,17 @@ use crate::placement::NodeSelectorTerm;
 
 pub(super) const ROOT: &str = "/mnt/models";
 
+/// The configuration these tests were written for: every due read goes out at once (no
+/// coalescing window), a LIST only from 16 keys. `tests_reads.rs` covers the default's window.
+pub(super) fn config() -> Config {
+    Config {
+        coalesce_keys_min: 16,
+        coalesce_window_ms: 0,
+        coalesce_models_per_key_max: 0,
+        ..Config::new("node-1", ROOT)
+    }
+}
+
 pub(super) fn obj(key: &ModelKey, uid: &str, uri: &str, path: Option<&str>) -> ModelObject {
     ModelObject {
         key: key.clone(),
@@ -46,7 +57,7 @@ pub(super) struct H {
 
 impl H {
     pub(super) fn new() -> H {
-        H::with(Config::new("node-1", ROOT))
+        H::with(config())
     }
 
     pub(super) fn with(config: Config) -> H {
@@ -649,7 +660,7 @@ fn a_tenant_s_base_model_cannot_flip_readiness() {
 
 #[test]
 fn write_check_always_and_never() {
-    let mut cfg = Config::new("node-1", ROOT);
+    let mut cfg = config();
     cfg.write_check = WriteCheck::Always;
     let mut h = H::with(cfg.clone());
     h.start(false, vec![]);
@@ -988,7 +999,7 @@ fn step_is_a_pure_fold() {
 #[test]
 fn one_seed_reproduces_jitter_and_another_changes_it() {
     let run = |seed: u64| {
-        let mut cfg = Config::new("node-1", ROOT);
+        let mut cfg = config();
         cfg.seed = seed;
         let mut h = H::with(cfg);
         let e = h.start(false, vec![local("m", "u1")]);
@@ -1004,7 +1015,7 @@ fn one_seed_reproduces_jitter_and_another_changes_it() {
 #[test]
 fn a_recorded_trace_replays_byte_for_byte() {
     use crate::trace::{Recorder, parse, replay};
-    let cfg = Config::new("node-1", ROOT);
+    let cfg = config();
     let mut rec = Recorder::new(&cfg);
     let mut s = State::new(cfg);
     let mut now = 0;

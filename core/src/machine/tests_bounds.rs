@@ -36,7 +36,7 @@ fn a_step_emits_at_most_its_limit_and_the_backlog_follows_in_order() {
         let e = h.start(false, models.clone());
         ops(&h.settle(e))
     };
-    let mut h = H::with(Config { effects_per_step_max: 3, ..Config::new("node-1", ROOT) });
+    let mut h = H::with(Config { effects_per_step_max: 3, ..config() });
     let mut e = h.start(false, models);
     let mut released = Vec::new();
     for _ in 0..100 {

@@ -297,7 +297,7 @@ fn fills(effects: &[Effect]) -> Vec<(EffectId, String)> {
 
 #[test]
 fn with_update_model_spec_a_ready_model_fills_its_spec_once() {
-    let (mut h, e) = ready_with_metadata(Config { update_model_spec: true, ..Config::new("node-1", ROOT) });
+    let (mut h, e) = ready_with_metadata(Config { update_model_spec: true, ..config() });
     let f = fills(&e);
     assert_eq!(f.iter().map(|(_, d)| d.as_str()).collect::<Vec<_>>(), vec!["/mnt/models/m"], "{e:?}");
     assert!(fills(&h.input(Input::EffectDone { id: f[0].0, outcome: Outcome::Done })).is_empty());
@@ -306,7 +306,7 @@ fn with_update_model_spec_a_ready_model_fills_its_spec_once() {
 
 #[test]
 fn a_failed_spec_fill_is_given_up_and_holds_back_no_cleanup() {
-    let (mut h, e) = ready_with_metadata(Config { update_model_spec: true, ..Config::new("node-1", ROOT) });
+    let (mut h, e) = ready_with_metadata(Config { update_model_spec: true, ..config() });
     let failed = Outcome::Failed("PATCH: forbidden".into());
     let e = h.input(Input::EffectDone { id: fills(&e)[0].0, outcome: failed });
     assert!(fills(&e).is_empty() && fills(&h.advance(600_000)).is_empty(), "not retried");
@@ -318,6 +318,6 @@ fn a_failed_spec_fill_is_given_up_and_holds_back_no_cleanup() {
 
 #[test]
 fn without_update_model_spec_the_agent_never_writes_a_model() {
-    let (mut h, e) = ready_with_metadata(Config::new("node-1", ROOT));
+    let (mut h, e) = ready_with_metadata(config());
     assert!(fills(&e).is_empty() && fills(&h.advance(600_000)).is_empty());
 }

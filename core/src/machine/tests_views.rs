@@ -144,7 +144,7 @@ fn a_get_answered_with_another_object_is_a_failed_read_never_not_found() {
 
 #[test]
 fn a_list_holding_an_item_of_another_kind_is_a_failed_read() {
-    let mut h = H::with(Config { coalesce_keys_min: 1, ..Config::new("node-1", ROOT) });
+    let mut h = H::with(Config { coalesce_keys_min: 1, ..config() });
     let e = h.start(false, vec![local("m", "u1")]);
     h.settle(e);
     let key = ModelKey::cluster("m");

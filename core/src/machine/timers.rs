@@ -22,11 +22,12 @@ impl State {
     }
 
     /// The earliest timer, in the order of one set of (instant, key): at one instant,
-    /// incarnations' timers come before reads' deadlines, and those before the rest.
+    /// incarnations' timers come before reads' deadlines, and those before the rest; the read
+    /// windows come last.
     pub(super) fn next_timer(&self) -> Option<(Instant, TimerSource)> {
         let timer = self.timers.get_min();
         let deadline = self.deadlines.get_min();
-        match (timer, deadline) {
+        let first = match (timer, deadline) {
             (None, None) => None,
             (Some((at, _)), None) => Some((*at, TimerSource::Timers)),
             (None, Some((at, _))) => Some((*at, TimerSource::Deadlines)),
@@ -34,18 +35,34 @@ impl State {
                 let timer_first = t < d || (t == d && matches!(key, TimerKey::Inc(_)));
                 Some(if timer_first { (*t, TimerSource::Timers) } else { (*d, TimerSource::Deadlines) })
             }
+        };
+        let mut first = first;
+        for kind in Kind::ALL {
+            if let Some(at) = self.kinds[kind.index()].window_at
+                && first.is_none_or(|(f, _)| at < f)
+            {
+                first = Some((at, TimerSource::Window(kind)));
+            }
         }
+        first
     }
 
-    /// Take the earliest timer if it is due at `now`.
+    /// Take the earliest timer if it is due at `now`. A read window that closes is taken
+    /// here: closing is all it does (the keys that waited go out in `issue_reads`).
     fn take_due_timer(&mut self, now: Instant) -> Option<TimerKey> {
-        let (at, source) = self.next_timer()?;
-        if at > now {
-            return None;
-        }
-        match source {
-            TimerSource::Timers => self.timers.remove_min().map(|(_, key)| key),
-            TimerSource::Deadlines => self.deadlines.remove_min().map(|(_, id)| TimerKey::ReadDeadline(id)),
+        loop {
+            let (at, source) = self.next_timer()?;
+            if at > now {
+                return None;
+            }
+            return match source {
+                TimerSource::Timers => self.timers.remove_min().map(|(_, key)| key),
+                TimerSource::Deadlines => self.deadlines.remove_min().map(|(_, id)| TimerKey::ReadDeadline(id)),
+                TimerSource::Window(kind) => {
+                    self.kinds[kind.index()].window_at = None;
+                    continue;
+                }
+            };
         }
     }
 
