@@ -252,6 +252,7 @@ fn release_freed_memory() {
 fn dispatch(ctx: &Ctx, Effect { id, op }: Effect) {
     match op {
         Op::Publish { label_key, label, cm_key, entry, .. } => {
+            tracing::debug!(label_key, label = ?label, "publish queued for the writer");
             queue_write(ctx, Write::Publish { id, label_key, label, cm_key, entry: entry.to_json() })
         }
         Op::Unpublish { uid, label_key, remove_label, cm_key, .. } => {
@@ -402,11 +403,14 @@ impl Drop for ClearOnDrop {
 async fn verify_local(c: &Ctx, id: EffectId, key: &ModelKey, path: &str, parse_metadata: bool) -> Input {
     let _permit = c.fetches.acquire().await;
     let (p, what) = (PathBuf::from(path), format!("verifying {path}"));
+    let started = std::time::Instant::now();
     let result = c.fs.call(&what, fsgate::VERIFY_DEADLINE, move || fsops::verify_local(&p)).await.and_then(|r| r);
+    tracing::debug!(path, elapsed_us = started.elapsed().as_micros() as u64, "verified a local path");
     c.metrics.model_outcome(key, result.is_ok());
     let outcome = match result {
         Ok(()) if parse_metadata => {
             let metadata = model_metadata(c, key, path).await;
+            tracing::debug!(path, elapsed_us = started.elapsed().as_micros() as u64, "read a local path's metadata");
             let result = DownloadResult::Done { commit: String::new(), metadata, bytes: 0 };
             Outcome::Downloaded(DownloadEnd { marked: false, result })
         }
