@@ -3,8 +3,7 @@
 //! executes effects against the ground truth. Every destructive effect is checked against the
 //! ground truth at the moment it lands.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use model_agent_core::machine::{
@@ -225,6 +224,14 @@ enum Ev {
         generation: u32,
         view: NodeView,
     },
+    /// A list's events, in order (a relist's start, items and end): one entry, not one per item,
+    /// as the events of one instant on one stream would run back to back anyway.
+    DeliverList {
+        node: usize,
+        generation: u32,
+        kind: Kind,
+        events: Vec<WatchEvent>,
+    },
     /// A wipe of the node's labels may end now.
     WipeEnd {
         node: usize,
@@ -235,30 +242,6 @@ enum Ev {
     },
 }
 
-/// Boxed so that the heap moves 24-byte entries, not whole events.
-struct Queued {
-    t: u64,
-    seq: u64,
-    ev: Box<Ev>,
-}
-
-impl PartialEq for Queued {
-    fn eq(&self, other: &Self) -> bool {
-        (self.t, self.seq) == (other.t, other.seq)
-    }
-}
-impl Eq for Queued {}
-impl PartialOrd for Queued {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Queued {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.t, self.seq).cmp(&(other.t, other.seq))
-    }
-}
-
 /// Violations kept per run; more are counted but not stored.
 pub const VIOLATIONS_KEPT_MAX: usize = 100;
 
@@ -266,8 +249,8 @@ pub struct World {
     pub now: u64,
     pub prng: Prng,
     seed: u64,
-    seq: u64,
-    queue: BinaryHeap<Reverse<Queued>>,
+    /// Per instant, its events in the order they were scheduled (which is the order they run).
+    queue: BTreeMap<u64, VecDeque<Ev>>,
     pub api: Api,
     pub nodes: Vec<SimNode>,
     pub agent_kind: AgentKind,
@@ -276,10 +259,11 @@ pub struct World {
     pub counters: Counters,
     pub violations: Vec<String>,
     pub violation_count: u64,
-    /// (node, uid) pairs that were ever published: what a real delete must clean up.
-    pub published_ever: BTreeSet<(usize, String)>,
-    /// Which uid last wrote each node label (labels carry no uid of their own).
-    pub label_writer: BTreeMap<(usize, String), String>,
+    /// Per node, the uids that were ever published there: what a real delete must clean up.
+    /// (Per node rather than one map of pairs: 10^6 pairs make every lookup a long walk.)
+    pub published_ever: Vec<BTreeSet<String>>,
+    /// Per node, which uid last wrote each label (labels carry no uid of their own).
+    pub label_writer: Vec<BTreeMap<String, String>>,
     /// Per mille of live reads that never answer (the core's deadline must catch them).
     pub read_timeout_permille: u64,
     pub marks: Option<Vec<Mark>>,
@@ -289,9 +273,9 @@ pub struct World {
     pub events_processed: u64,
     /// The last steps of the node the first violation was about.
     pub history_dump: Vec<String>,
-    /// (node, uid) → the last instant the ground truth did not place that uid on that node
+    /// Per node, uid → the last instant the ground truth did not place that uid on that node
     /// (recorded when a Node's labels or a model's spec change).
-    unplaced_until: BTreeMap<(usize, String), u64>,
+    unplaced_until: Vec<BTreeMap<String, u64>>,
 }
 
 impl World {
@@ -301,8 +285,7 @@ impl World {
             now: 0,
             prng: Prng::new(seed ^ 0x5EED_0F51_u64),
             seed,
-            seq: 0,
-            queue: BinaryHeap::new(),
+            queue: BTreeMap::new(),
             api: Api::new(nodes),
             nodes: (0..nodes)
                 .map(|_| SimNode {
@@ -332,21 +315,20 @@ impl World {
             counters: Counters::default(),
             violations: Vec::new(),
             violation_count: 0,
-            published_ever: BTreeSet::new(),
-            label_writer: BTreeMap::new(),
+            published_ever: vec![BTreeSet::new(); nodes],
+            label_writer: vec![BTreeMap::new(); nodes],
             read_timeout_permille: 0,
             marks: None,
             record_traces: false,
             audit_every_step: true,
             events_processed: 0,
             history_dump: Vec::new(),
-            unplaced_until: BTreeMap::new(),
+            unplaced_until: vec![BTreeMap::new(); nodes],
         }
     }
 
     fn schedule(&mut self, t: u64, ev: Ev) {
-        self.seq += 1;
-        self.queue.push(Reverse(Queued { t, seq: self.seq, ev: Box::new(ev) }));
+        self.queue.entry(t).or_default().push_back(ev);
     }
 
     fn latency(&mut self, max: u64) -> u64 {
@@ -386,14 +368,17 @@ impl World {
 
     /// Process every event up to `t` (inclusive), then set the clock to `t`.
     pub fn run_until(&mut self, t: u64) {
-        while let Some(Reverse(q)) = self.queue.peek() {
-            if q.t > t {
+        while let Some(mut instant) = self.queue.first_entry() {
+            if *instant.key() > t {
                 break;
             }
-            let Reverse(q) = self.queue.pop().expect("peeked");
-            self.now = q.t;
+            self.now = *instant.key();
+            let ev = instant.get_mut().pop_front().expect("an instant in the queue has an event");
+            if instant.get().is_empty() {
+                instant.remove();
+            }
             self.events_processed += 1;
-            self.process(*q.ev);
+            self.process(ev);
         }
         self.now = t;
     }
@@ -407,6 +392,15 @@ impl World {
             Ev::Deliver { node, generation, kind, event } => {
                 if self.nodes[node].generation == generation && self.nodes[node].connected {
                     self.feed(node, Input::Watch { kind, event });
+                }
+            }
+            Ev::DeliverList { node, generation, kind, events } => {
+                // Counted as the events they are (the first one is counted by the caller).
+                self.events_processed += events.len().saturating_sub(1) as u64;
+                for event in events {
+                    if self.nodes[node].generation == generation && self.nodes[node].connected {
+                        self.feed(node, Input::Watch { kind, event });
+                    }
                 }
             }
             Ev::Execute { node, generation, effect } => {
@@ -649,11 +643,20 @@ impl World {
         }
         if let Some(status) = label {
             self.api.labels[node].insert(label_key.to_string(), status.as_str().to_string());
-            self.label_writer.insert((node, label_key.to_string()), uid.as_str().to_string());
+            let writers = &mut self.label_writer[node];
+            match writers.get_mut(label_key) {
+                Some(writer) if writer.as_str() == uid.as_str() => {}
+                Some(writer) => *writer = uid.as_str().to_string(),
+                None => {
+                    writers.insert(label_key.to_string(), uid.as_str().to_string());
+                }
+            }
         }
         let value = StoredEntry { status: entry.status, uid: entry.uid.clone() };
         wire::apply_entry_writes(&mut self.api.entries[node], &[EntryWrite::Put { cm_key: cm_key.to_string(), value }]);
-        self.published_ever.insert((node, uid.as_str().to_string()));
+        if !self.published_ever[node].contains(uid.as_str()) {
+            self.published_ever[node].insert(uid.as_str().to_string());
+        }
         Some(Input::EffectDone { id, outcome: model_agent_core::machine::Outcome::Done })
     }
 
@@ -905,7 +908,7 @@ impl World {
     fn damages(&self, uid: &str, node: usize) -> Option<&crate::api::ApiObject> {
         let obj = self.api.live_here(uid, node)?;
         let since = self.now.saturating_sub(self.staleness_ms());
-        let raced = self.unplaced_until.get(&(node, uid.to_string())).is_some_and(|&t| t >= since);
+        let raced = self.unplaced_until[node].get(uid).is_some_and(|&t| t >= since);
         (!raced).then_some(obj)
     }
 
@@ -931,8 +934,8 @@ impl World {
                 }
             }
         }
-        for k in unplaced {
-            self.unplaced_until.insert(k, self.now);
+        for (n, uid) in unplaced {
+            self.unplaced_until[n].insert(uid, self.now);
         }
     }
 
@@ -945,7 +948,7 @@ impl World {
     /// A label removal is damage when the uid that wrote it is alive and placed on this node.
     fn removed_label(&mut self, node: usize, label_key: &str) {
         self.counters.label_removals += 1;
-        let writer = self.label_writer.remove(&(node, label_key.to_string()));
+        let writer = self.label_writer[node].remove(label_key);
         let live = writer.as_deref().and_then(|uid| self.damages(uid, node));
         if let Some(obj) = live {
             let (key, uid) = (obj.key.clone(), obj.uid.clone());
@@ -1002,11 +1005,11 @@ impl World {
             ListShape::Empty => self.deliver_list(node, kind, vec![], at),
             ListShape::Partial => {
                 let full = self.api.list(kind, None);
-                self.deliver(node, kind, WatchEvent::RelistStarted, at);
-                for obj in full.iter().take(full.len() / 2) {
-                    self.deliver(node, kind, WatchEvent::RelistItem(obj.clone()), at);
-                }
-                self.deliver_list(node, kind, full, at);
+                let mut events = Vec::with_capacity(full.len() / 2 + full.len() + 3);
+                events.push(WatchEvent::RelistStarted);
+                events.extend(full.iter().take(full.len() / 2).cloned().map(WatchEvent::RelistItem));
+                push_list(&mut events, full);
+                self.deliver_batch(node, kind, events, at);
             }
             ListShape::Stale { lag_rv } => {
                 let rv = self.api.rv.saturating_sub(lag_rv);
@@ -1024,11 +1027,18 @@ impl World {
     }
 
     fn deliver_list(&mut self, node: usize, kind: Kind, objects: Vec<model_agent_core::ModelObject>, at: u64) {
-        self.deliver(node, kind, WatchEvent::RelistStarted, at);
-        for obj in objects {
-            self.deliver(node, kind, WatchEvent::RelistItem(obj), at);
-        }
-        self.deliver(node, kind, WatchEvent::RelistDone, at);
+        let mut events = Vec::with_capacity(objects.len() + 2);
+        push_list(&mut events, objects);
+        self.deliver_batch(node, kind, events, at);
+    }
+
+    /// Like `deliver` for each event in turn, as one queue entry.
+    fn deliver_batch(&mut self, node: usize, kind: Kind, events: Vec<WatchEvent>, at: u64) {
+        let n = &mut self.nodes[node];
+        let t = at.max(n.stream_at[kind.index()]);
+        n.stream_at[kind.index()] = t;
+        let generation = n.generation;
+        self.schedule(t, Ev::DeliverList { node, generation, kind, events });
     }
 
     // ------------------------------------------------------------------------------------------
@@ -1271,7 +1281,7 @@ impl World {
             }
         }
         for k in labels.keys().filter(|k| !expected_labels.contains_key(k.as_str())) {
-            let key = self.label_writer.get(&(node, k.clone())).and_then(|uid| self.api.key_of(uid));
+            let key = self.label_writer[node].get(k).and_then(|uid| self.api.key_of(uid));
             problems.push((node, key, format!("stale label {k}")));
         }
         self.node_links(node, &placed, problems);
@@ -1352,16 +1362,17 @@ impl World {
         let live: BTreeSet<&str> = self.api.objects.values().map(|o| o.uid.as_str()).collect();
         let mut expected = 0;
         let mut done = 0;
-        for (node, uid) in &self.published_ever {
+        let published = self.published_ever.iter().enumerate();
+        for (node, uid) in published.flat_map(|(node, uids)| uids.iter().map(move |uid| (node, uid))) {
             if live.contains(uid.as_str()) {
                 continue;
             }
             expected += 1;
-            let entry_left = self.api.entries[*node].values().any(|e| e.uid.as_deref() == Some(uid.as_str()));
+            let entry_left = self.api.entries[node].values().any(|e| e.uid.as_deref() == Some(uid.as_str()));
             // A directory another live uid shares is theirs now, and a copy is kept by its users
             // (`node_links` checks those); a link is the model's own (one an earlier process
             // left is `orphan_links`).
-            let n = &self.nodes[*node];
+            let n = &self.nodes[node];
             let theirs = |m: &BTreeSet<Uid>| m.contains(&Uid::new(uid)) && m.iter().all(|u| !live.contains(u.as_str()));
             let dir_left = n.dirs.iter().any(|(path, m)| !is_copy(path) && theirs(m));
             let link_left = n.links.values().any(|l| l.uid.as_str() == uid && l.generation == n.generation);
@@ -1428,6 +1439,13 @@ fn resolved(id: model_agent_core::EffectId, storage_uri: &str) -> Input {
 }
 
 /// Is `path` (beneath the root) a shared copy?
+/// A relist's events: its start, one item per object, its end.
+fn push_list(events: &mut Vec<WatchEvent>, objects: Vec<model_agent_core::ModelObject>) {
+    events.push(WatchEvent::RelistStarted);
+    events.extend(objects.into_iter().map(WatchEvent::RelistItem));
+    events.push(WatchEvent::RelistDone);
+}
+
 fn is_copy(path: &str) -> bool {
     path.starts_with("_artifacts/")
 }
