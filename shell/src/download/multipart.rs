@@ -7,11 +7,15 @@
 //! is written before the file is preallocated: a partial file without a record was written by a single
 //! stream, and its length is a contiguous prefix.
 //!
-//! Parts arrive out of order, so a streaming hash is impossible: the whole file is hashed once at the end.
+//!
+//! The file is cut into chunks (16 MiB, more for files over 1 GiB: at most `PARTS_MAX`), handed out in
+//! order to `multipart_concurrency` workers, so the file fills from its start. A hasher on a blocking
+//! thread follows the contiguous written prefix as it grows, reading it back from the page cache: when the
+//! last chunk lands only the tail is left to hash, instead of the whole file after the transfer.
 
 use std::fs::File;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -23,12 +27,16 @@ use super::disk;
 use super::progress::FileSlot;
 use super::retry::{Retry, cancelled, pause, until_cancelled};
 use super::transfer::{Ctx, Source};
-use crate::hf::{self, HfError, RangeAnswer, RemoteFile};
+use crate::hf::{self, HfError, RangeAnswer, RemoteFile, StreamHasher};
 
 /// How often the parts' offsets are recorded while they run.
 const CHECKPOINT_PERIOD_MS: u64 = 5_000;
 const RECORD_BYTES_MAX: u64 = 1 << 20;
+/// Chunks per file at most (the record's length, and the requests per file when nothing fails).
 const PARTS_MAX: usize = 64;
+/// A chunk's size for files up to `PARTS_MAX` times it: small enough that the hashed prefix trails the
+/// transfer by a few chunks, large enough that a request's setup is noise.
+const CHUNK_TARGET_BYTES: u64 = 16 << 20;
 
 pub(super) enum Multipart {
     /// The file is complete, hashed, synced; the record is gone.
@@ -51,6 +59,8 @@ struct Parts {
     file: File,
     spans: Vec<(u64, u64)>,
     done: Vec<AtomicU64>,
+    /// No more bytes will be written in this call: the prefix hasher stops.
+    abandoned: AtomicBool,
 }
 
 impl Parts {
@@ -62,7 +72,8 @@ impl Parts {
     fn contiguous_prefix(&self) -> u64 {
         let mut prefix = 0;
         for ((start, end), done) in self.spans.iter().zip(&self.done) {
-            let done = done.load(Ordering::Relaxed);
+            // Acquire: a part stores its offset after the bytes are written (Release).
+            let done = done.load(Ordering::Acquire);
             if *start != prefix {
                 break;
             }
@@ -88,7 +99,14 @@ pub(super) async fn fetch(
 ) -> Result<Multipart, DownloadError> {
     let parts = Arc::new(open_parts(ctx, file, name)?);
     slot.meter.have_bytes.store(parts.have_bytes(), Ordering::Relaxed);
+    let _abandon_on_exit = Abandon(parts.clone());
+    let hashing = follow_prefix(&parts, file, stop);
     let answer = run_parts(ctx, file, name, &parts, slot, stop).await;
+    if !matches!(answer, Ok(RangeAnswer::Done)) {
+        parts.abandoned.store(true, Ordering::Release);
+    }
+    // Joined before anything truncates the file it reads.
+    let hashed = hashing.await.map_err(|e| DownloadError::Disk(format!("hashing {}: {e}", file.path)));
     checkpoint(ctx, file, name, &parts)?;
     if answer? == RangeAnswer::RangeIgnored {
         let prefix = parts.contiguous_prefix();
@@ -97,23 +115,46 @@ pub(super) async fn fetch(
         slot.meter.have_bytes.store(prefix, Ordering::Relaxed);
         return Ok(Multipart::RangeIgnored);
     }
-    let (reader, remote, stop_hash) = (parts.file.try_clone().map_err(|e| local(file, e))?, file.clone(), stop.clone());
-    let hashed = tokio::task::spawn_blocking(move || hf::file_matches(&reader, &remote, &|| *stop_hash.borrow()));
-    match hashed.await.map_err(|e| DownloadError::Disk(format!("hashing {}: {e}", file.path)))? {
-        Ok(true) => {}
-        Ok(false) => {
-            parts.file.set_len(0).map_err(|e| local(file, e))?;
-            disk::remove_partial(&ctx.partial_dir, &record_name(name));
-            slot.meter.have_bytes.store(0, Ordering::Relaxed);
-            let (expected, got) = (file.hash.describe(), "other content (hashed after all parts)".to_owned());
-            return Err(HfError::Integrity { path: file.path.clone(), expected, got }.into());
-        }
+    let got = match hashed? {
+        Ok(hasher) => hasher.finish_hex(),
         Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Err(DownloadError::Cancelled),
         Err(e) => return Err(local(file, e)),
+    };
+    if got != file.hash.expected_hex() {
+        parts.file.set_len(0).map_err(|e| local(file, e))?;
+        disk::remove_partial(&ctx.partial_dir, &record_name(name));
+        slot.meter.have_bytes.store(0, Ordering::Relaxed);
+        let got = format!("{got} (all parts hashed in order)");
+        return Err(HfError::Integrity { path: file.path.clone(), expected: file.hash.describe(), got }.into());
     }
     parts.file.sync_data().map_err(|e| local(file, e))?;
     disk::remove_partial(&ctx.partial_dir, &record_name(name));
     Ok(Multipart::Verified)
+}
+
+/// Marks the parts abandoned however `fetch` ends (an error, or its future dropped), so that the prefix
+/// hasher's thread never waits for bytes that will not come.
+struct Abandon(Arc<Parts>);
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        self.0.abandoned.store(true, Ordering::Release);
+    }
+}
+
+/// The file's hash, computed on a blocking thread that follows the contiguous written prefix; it ends
+/// with `Interrupted` once the parts are abandoned or `stop` turns true.
+fn follow_prefix(
+    parts: &Arc<Parts>,
+    file: &RemoteFile,
+    stop: &watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<std::io::Result<StreamHasher>> {
+    let (parts, stop, expected, size) = (parts.clone(), stop.clone(), file.hash.clone(), file.size_bytes);
+    tokio::task::spawn_blocking(move || {
+        let written = || (!parts.abandoned.load(Ordering::Acquire)).then(|| parts.contiguous_prefix());
+        let hasher = StreamHasher::new(&expected, size);
+        hf::hash_growing_prefix(&parts.file, size, hasher, &written, &|| *stop.borrow())
+    })
 }
 
 fn local(file: &RemoteFile, error: std::io::Error) -> DownloadError {
@@ -133,9 +174,8 @@ fn open_parts(ctx: &Ctx, file: &RemoteFile, name: &str) -> Result<Parts, Downloa
         None => {
             let prefix = if len <= file.size_bytes { len } else { 0 };
             handle.set_len(prefix).map_err(|e| local(file, e))?;
-            let count = ctx.opts.multipart_concurrency.clamp(1, PARTS_MAX) as u64;
-            let part_bytes = file.size_bytes.div_ceil(count).max(1);
-            let starts = (0..count).map(|i| i * part_bytes).filter(|start| *start < file.size_bytes);
+            let part_bytes = chunk_bytes(file.size_bytes, ctx.opts.multipart_concurrency);
+            let starts = (0..file.size_bytes.div_ceil(part_bytes)).map(|i| i * part_bytes);
             let triples: Vec<[u64; 3]> = starts
                 .map(|start| {
                     let end = (start + part_bytes).min(file.size_bytes);
@@ -149,7 +189,15 @@ fn open_parts(ctx: &Ctx, file: &RemoteFile, name: &str) -> Result<Parts, Downloa
     };
     let spans = triples.iter().map(|[start, _, end]| (*start, *end)).collect();
     let done = triples.iter().map(|[_, done, _]| AtomicU64::new(*done)).collect();
-    Ok(Parts { file: handle, spans, done })
+    Ok(Parts { file: handle, spans, done, abandoned: AtomicBool::new(false) })
+}
+
+/// 16 MiB chunks, fewer than that when a file has fewer bytes than one per worker, and larger ones for
+/// files that would need more than `PARTS_MAX`.
+fn chunk_bytes(size_bytes: u64, workers: usize) -> u64 {
+    let workers = workers.clamp(1, PARTS_MAX) as u64;
+    let per_worker = size_bytes.div_ceil(workers);
+    size_bytes.div_ceil(PARTS_MAX as u64).max(CHUNK_TARGET_BYTES.min(per_worker)).max(1)
 }
 
 /// The record is for this file and its parts tile it in order.
@@ -197,8 +245,8 @@ fn preallocate(handle: &File, size_bytes: u64) -> std::io::Result<()> {
     }
 }
 
-/// Every unfinished part on a task of its own, with checkpoints while they run. The first failure (or a
-/// 200 to a ranged request) stops the others and is the answer.
+/// `multipart_concurrency` workers taking the chunks in order, with checkpoints while they run. The first
+/// failure (or a 200 to a ranged request) stops the others and is the answer.
 async fn run_parts(
     ctx: &Arc<Ctx>,
     file: &RemoteFile,
@@ -209,9 +257,10 @@ async fn run_parts(
 ) -> Result<RangeAnswer, DownloadError> {
     let (parts_stop_tx, parts_stop) = watch::channel(false);
     let mut tasks = JoinSet::new();
-    for index in 0..parts.spans.len() {
+    let next_chunk = Arc::new(AtomicUsize::new(0));
+    for _ in 0..ctx.opts.multipart_concurrency.clamp(1, PARTS_MAX).min(parts.spans.len()) {
         let args = (ctx.clone(), file.clone(), parts.clone(), slot.clone(), parts_stop.clone());
-        tasks.spawn(run_part(args, index));
+        tasks.spawn(run_worker(args, next_chunk.clone()));
     }
     let mut ticker = tokio::time::interval(Duration::from_millis(CHECKPOINT_PERIOD_MS));
     let mut answer = Ok(RangeAnswer::Done);
@@ -236,8 +285,21 @@ async fn run_parts(
 
 type PartArgs = (Arc<Ctx>, RemoteFile, Arc<Parts>, Arc<FileSlot>, watch::Receiver<bool>);
 
+/// Takes the next chunk until none is left; a chunk already done (a resume) costs no request.
+async fn run_worker(mut args: PartArgs, next_chunk: Arc<AtomicUsize>) -> Result<RangeAnswer, DownloadError> {
+    loop {
+        let index = next_chunk.fetch_add(1, Ordering::Relaxed);
+        if index >= args.2.spans.len() {
+            return Ok(RangeAnswer::Done);
+        }
+        if run_part(&mut args, index).await? == RangeAnswer::RangeIgnored {
+            return Ok(RangeAnswer::RangeIgnored);
+        }
+    }
+}
+
 /// One part from its offset to its end, from the Hub or a store, retried as `Retry` says.
-async fn run_part((ctx, file, parts, slot, mut stop): PartArgs, index: usize) -> Result<RangeAnswer, DownloadError> {
+async fn run_part((ctx, file, parts, slot, stop): &mut PartArgs, index: usize) -> Result<RangeAnswer, DownloadError> {
     let mut retry = Retry::new(ctx.opts.request_attempts_max);
     let (done, end) = (&parts.done[index], parts.spans[index].1);
     let (stall_ms, meter) = (ctx.opts.stall_timeout_ms, &slot.meter);
@@ -246,24 +308,148 @@ async fn run_part((ctx, file, parts, slot, mut stop): PartArgs, index: usize) ->
         let fetch = async {
             match &ctx.source {
                 Source::Hub(hub) => {
-                    hf::fetch_range(hub, &ctx.repo_id, &ctx.commit, &file, &parts.file, (done, end), stall_ms, meter)
+                    hf::fetch_range(hub, &ctx.repo_id, &ctx.commit, file, &parts.file, (done, end), stall_ms, meter)
                         .await
                         .map_err(DownloadError::Hub)
                 }
                 Source::Store(store) => {
-                    crate::store::fetch_range(store, &file, &parts.file, (done, end), stall_ms, meter)
+                    crate::store::fetch_range(store, file, &parts.file, (done, end), stall_ms, meter)
                         .await
                         .map_err(DownloadError::Store)
                 }
             }
         };
-        let error = match until_cancelled(&mut stop, fetch).await? {
+        let error = match until_cancelled(stop, fetch).await? {
             Ok(answer) => return Ok(answer),
             Err(error) => error,
         };
         let Some(wait) = retry.next_wait_download(&error, done.load(Ordering::Relaxed) > before) else {
             return Err(error);
         };
-        pause(&mut stop, wait).await?;
+        pause(stop, wait).await?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::FileExt;
+    use std::time::Instant;
+
+    use sha2::{Digest, Sha256};
+
+    use super::*;
+    use crate::hf::FileHash;
+
+    const CHUNK_BYTES: u64 = 256 << 10;
+    const CHUNKS: u64 = 4;
+    const WRITE_BYTES: usize = 64 << 10;
+
+    fn content() -> Vec<u8> {
+        (0..CHUNK_BYTES * CHUNKS).map(|i| (i * 31 % 251) as u8).collect()
+    }
+
+    fn remote(content: &[u8]) -> RemoteFile {
+        let sha = Sha256::digest(content).iter().map(|b| format!("{b:02x}")).collect();
+        RemoteFile { path: "big.bin".into(), size_bytes: content.len() as u64, hash: FileHash::Sha256(sha) }
+    }
+
+    /// Parts over a preallocated file whose chunk `i` holds its bytes up to `done[i]` (a resumed record).
+    fn parts_with(content: &[u8], done: &[u64]) -> Arc<Parts> {
+        let file = tempfile::tempfile().unwrap();
+        file.set_len(content.len() as u64).unwrap();
+        let spans: Vec<(u64, u64)> = (0..CHUNKS).map(|i| (i * CHUNK_BYTES, (i + 1) * CHUNK_BYTES)).collect();
+        for ((start, _), done) in spans.iter().zip(done) {
+            file.write_all_at(&content[*start as usize..*done as usize], *start).unwrap();
+        }
+        let done = done.iter().map(|d| AtomicU64::new(*d)).collect();
+        Arc::new(Parts { file, spans, done, abandoned: AtomicBool::new(false) })
+    }
+
+    /// Writes the rest of chunk `index` in pieces, advancing its offset after each as `fetch_range` does.
+    fn finish_part(parts: &Parts, content: &[u8], index: usize) {
+        let end = parts.spans[index].1;
+        let mut at = parts.done[index].load(Ordering::Relaxed);
+        while at < end {
+            let next = (at + WRITE_BYTES as u64).min(end);
+            parts.file.write_all_at(&content[at as usize..next as usize], at).unwrap();
+            parts.done[index].store(next, Ordering::Release);
+            at = next;
+        }
+    }
+
+    fn starts() -> Vec<u64> {
+        (0..CHUNKS).map(|i| i * CHUNK_BYTES).collect()
+    }
+
+    #[tokio::test]
+    async fn parts_landing_out_of_order_are_hashed_in_order_once_the_prefix_is_whole() {
+        let (content, (_tx, stop)) = (content(), watch::channel(false));
+        let (parts, file) = (parts_with(&content, &starts()), remote(&content));
+        let hashing = follow_prefix(&parts, &file, &stop);
+        for index in [3, 1, 2] {
+            finish_part(&parts, &content, index);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!hashing.is_finished(), "chunk 0 is missing: the hash cannot be done");
+        finish_part(&parts, &content, 0);
+        let hasher = hashing.await.unwrap().unwrap();
+        assert_eq!(hasher.finish_hex(), file.hash.expected_hex());
+    }
+
+    #[tokio::test]
+    async fn a_resumed_record_with_parts_partly_done_hashes_what_is_there_and_the_rest() {
+        let (content, (_tx, stop)) = (content(), watch::channel(false));
+        let done = [CHUNK_BYTES, CHUNK_BYTES + CHUNK_BYTES / 3, 2 * CHUNK_BYTES, 4 * CHUNK_BYTES];
+        let (parts, file) = (parts_with(&content, &done), remote(&content));
+        assert_eq!(parts.contiguous_prefix(), CHUNK_BYTES + CHUNK_BYTES / 3);
+        let hashing = follow_prefix(&parts, &file, &stop);
+        for index in [2, 1] {
+            finish_part(&parts, &content, index);
+        }
+        let hasher = hashing.await.unwrap().unwrap();
+        assert_eq!(hasher.finish_hex(), file.hash.expected_hex());
+    }
+
+    #[tokio::test]
+    async fn a_wrong_byte_in_a_late_part_gives_another_hash() {
+        let (content, (_tx, stop)) = (content(), watch::channel(false));
+        let mut served = content.clone();
+        served[(2 * CHUNK_BYTES + 7) as usize] ^= 1;
+        let (parts, file) = (parts_with(&served, &starts()), remote(&content));
+        let hashing = follow_prefix(&parts, &file, &stop);
+        for index in [2, 0, 3, 1] {
+            finish_part(&parts, &served, index);
+        }
+        let hasher = hashing.await.unwrap().unwrap();
+        assert_ne!(hasher.finish_hex(), file.hash.expected_hex());
+    }
+
+    #[tokio::test]
+    async fn a_cancel_or_abandoned_parts_end_the_hasher_promptly() {
+        let content = content();
+        for cancel in [true, false] {
+            let (tx, stop) = watch::channel(false);
+            let (parts, file) = (parts_with(&content, &starts()), remote(&content));
+            let hashing = follow_prefix(&parts, &file, &stop);
+            finish_part(&parts, &content, 0);
+            let asked = Instant::now();
+            if cancel {
+                tx.send(true).unwrap();
+            } else {
+                drop(Abandon(parts.clone()));
+            }
+            let error = hashing.await.unwrap().err().expect("no hash of an unfinished file");
+            assert_eq!(error.kind(), std::io::ErrorKind::Interrupted);
+            assert!(asked.elapsed() < Duration::from_secs(1), "took {:?}", asked.elapsed());
+        }
+    }
+
+    #[test]
+    fn chunks_are_16_mib_at_least_one_per_worker_and_at_most_parts_max() {
+        assert_eq!(chunk_bytes(480 << 20, 4), 16 << 20);
+        assert_eq!(chunk_bytes(5 << 20, 4), (5 << 20) / 4, "a small file still gets one chunk per worker");
+        let ten_gib = 10u64 << 30;
+        assert_eq!(ten_gib.div_ceil(chunk_bytes(ten_gib, 4)), PARTS_MAX as u64);
+        assert_eq!(chunk_bytes(3, 4), 1);
     }
 }

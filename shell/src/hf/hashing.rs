@@ -9,6 +9,8 @@ use sha2::{Digest, Sha256};
 use super::listing::RemoteFile;
 
 const READ_CHUNK_BYTES: usize = 1 << 20;
+/// How often a hash that caught up with a growing file looks for more bytes.
+const FOLLOW_POLL_MS: u64 = 5;
 
 /// What a file's bytes must hash to (lowercase hex).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -100,20 +102,38 @@ impl StreamHasher {
 pub fn hash_prefix(
     reader: &File,
     len_bytes: u64,
+    hasher: StreamHasher,
+    stop: &dyn Fn() -> bool,
+) -> std::io::Result<StreamHasher> {
+    hash_growing_prefix(reader, len_bytes, hasher, &|| Some(len_bytes), stop)
+}
+
+/// Hashes bytes `0..size_bytes` of `reader` as the written prefix grows, so that a file fetched in
+/// parts is hashed while they arrive (blocking; one fixed buffer). `written()` is how many bytes from 0
+/// are in the file now, `None` once no more will come (the transfer was abandoned); that, or `stop`
+/// turning true, ends it with `Interrupted`. Caught up, it looks again every `FOLLOW_POLL_MS`.
+pub fn hash_growing_prefix(
+    reader: &File,
+    size_bytes: u64,
     mut hasher: StreamHasher,
+    written: &dyn Fn() -> Option<u64>,
     stop: &dyn Fn() -> bool,
 ) -> std::io::Result<StreamHasher> {
     if let StreamHasher::SizeOnly = hasher {
         // Nothing to hash: the bytes are not read.
         return Ok(hasher);
     }
+    let interrupted = || std::io::Error::new(std::io::ErrorKind::Interrupted, "stopped while hashing");
     let mut buffer = vec![0u8; READ_CHUNK_BYTES];
     let mut offset = 0;
-    while offset < len_bytes {
-        if stop() {
-            return Err(std::io::Error::new(std::io::ErrorKind::Interrupted, "stopped while hashing"));
+    while offset < size_bytes {
+        let Some(ready) = written().filter(|_| !stop()) else { return Err(interrupted()) };
+        let ready = ready.min(size_bytes);
+        if ready <= offset {
+            std::thread::sleep(std::time::Duration::from_millis(FOLLOW_POLL_MS));
+            continue;
         }
-        let want = buffer.len().min(usize::try_from(len_bytes - offset).unwrap_or(usize::MAX));
+        let want = buffer.len().min(usize::try_from(ready - offset).unwrap_or(usize::MAX));
         let got = reader.read_at(&mut buffer[..want], offset)?;
         if got == 0 {
             return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "file shrank while hashed"));

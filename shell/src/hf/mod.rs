@@ -22,11 +22,12 @@ pub use error::HfError;
 pub use fetch::{Meter, fetch_file};
 pub use hashing::FileHash;
 pub use hashing::file_matches;
-pub use hashing::{StreamHasher, hash_prefix};
+pub use hashing::{StreamHasher, hash_growing_prefix, hash_prefix};
 pub use listing::RemoteFile;
 pub use network::{Network, read_ca_bundle};
 pub use paths::{check_repo_id, check_repo_path, is_commit_sha};
 pub use ranged::{RangeAnswer, fetch_range};
+pub(crate) use writeback::Writeback;
 
 /// A Hub endpoint and the token for it (sent to that origin only).
 #[derive(Clone)]

@@ -1,6 +1,6 @@
 //! One byte range of a file written at its offsets in a preallocated partial file, for files fetched in
-//! parallel parts. Nothing is hashed here: parts arrive out of order, so a streaming hash is impossible and
-//! the caller hashes the whole file once when every part is in.
+//! parallel parts. Nothing is hashed here: parts arrive out of order, so the caller's hasher follows the
+//! file's contiguous written prefix (download/multipart.rs).
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -66,7 +66,8 @@ pub async fn fetch_range(
             BodyEvent::Data(data) => {
                 let io_error = |e: std::io::Error| HfError::LocalIo { path: what(at), reason: e.to_string() };
                 partial.write_all_at(&data, at).map_err(io_error)?;
-                done.store(at + data.len() as u64, Ordering::Relaxed);
+                // Release: the prefix hasher reads the bytes below this offset once it sees it.
+                done.store(at + data.len() as u64, Ordering::Release);
                 writeback.wrote(partial, at + data.len() as u64);
                 meter.fetched_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
                 meter.have_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);

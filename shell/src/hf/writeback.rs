@@ -6,10 +6,10 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 
 /// Bytes written before their writeback is started.
-pub(super) const WRITEBACK_CHUNK_BYTES: u64 = 8 << 20;
+pub(crate) const WRITEBACK_CHUNK_BYTES: u64 = 8 << 20;
 
 /// The bytes of one file, or one part of it, written but not yet sent to the disk.
-pub(super) struct Writeback {
+pub(crate) struct Writeback {
     from: u64,
 }
 

@@ -1,7 +1,8 @@
 //! One object into a partial file: resumed from its kept prefix (hashed once), streamed from the
 //! store, hashed while written, checked for size and MD5 at the end. A big object comes in ranged
 //! parts instead (`fetch_range`, driven by the engine's `multipart`): each part streams straight
-//! to its offsets in the partial file, so nothing but the HTTP bodies' own buffers is held.
+//! to its offsets in the partial file, so nothing but the HTTP bodies' own buffers is held. Both
+//! start the writeback of every 8 MiB they write, so the sync before a file is kept waits little.
 
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
@@ -11,7 +12,7 @@ use std::time::Duration;
 use futures::StreamExt;
 
 use super::{Backend, Store, StoreError};
-use crate::hf::{Meter, RemoteFile, StreamHasher, hash_prefix};
+use crate::hf::{Meter, RemoteFile, StreamHasher, Writeback, hash_prefix};
 
 /// Downloads `file` into `partial` (opened by the caller beneath its partial directory). On
 /// success the partial file holds the verified content, synced. Stalled and Truncated keep the
@@ -34,6 +35,7 @@ pub async fn fetch_file(
             partial.set_len(0).map_err(|e| local(file, e))?;
         }
         partial.seek(SeekFrom::Start(have)).map_err(|e| local(file, e))?;
+        let mut writeback = Writeback::from(have);
         let stall = Duration::from_millis(stall_timeout_ms);
         loop {
             let next = tokio::time::timeout(stall, stream.next()).await;
@@ -49,6 +51,7 @@ pub async fn fetch_file(
             partial.write_all(&bytes).map_err(|e| local(file, e))?;
             hasher.update(&bytes);
             have += bytes.len() as u64;
+            writeback.wrote(&partial, have);
             meter.have_bytes.store(have, Ordering::Relaxed);
             meter.fetched_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
         }
@@ -118,6 +121,7 @@ pub async fn fetch_range(
         return Ok(crate::hf::RangeAnswer::RangeIgnored);
     }
     let stall = Duration::from_millis(stall_timeout_ms);
+    let mut writeback = Writeback::from(start);
     loop {
         let at = done.load(Ordering::Relaxed);
         let bytes = match tokio::time::timeout(stall, stream.next()).await {
@@ -133,7 +137,9 @@ pub async fn fetch_range(
             return Err(StoreError::Other { reason: format!("{what}: more bytes than the range asked") });
         }
         partial.write_all_at(&bytes, at).map_err(|e| local(file, e))?;
-        done.store(at + bytes.len() as u64, Ordering::Relaxed);
+        // Release: the prefix hasher reads the bytes below this offset once it sees it.
+        done.store(at + bytes.len() as u64, Ordering::Release);
+        writeback.wrote(partial, at + bytes.len() as u64);
         meter.fetched_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
         meter.have_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
     }
