@@ -19,7 +19,7 @@ pub type Set<K> = imbl::GenericHashSet<K, rustc_hash::FxBuildHasher, imbl::share
 
 /// Elements per run; a full run splits in two, and a run under a quarter of this merges with a
 /// neighbour that has room.
-const RUN_MAX: usize = 64;
+const RUN_MAX: usize = 32;
 
 /// A persistent ordered set: sorted runs of at most `RUN_MAX` elements, each shared, in a
 /// shared list. A clone is one reference count. A change copies the list (one pointer per run)
