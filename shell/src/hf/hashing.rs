@@ -70,7 +70,7 @@ impl StreamHasher {
                 hasher.update(format!("blob {size_bytes}\0").as_bytes());
                 StreamHasher::GitBlobSha1(hasher)
             }
-            FileHash::Md5(_) => StreamHasher::Md5(md5::Md5::new()),
+            FileHash::Md5(_) => StreamHasher::Md5(<md5::Md5 as md5::Digest>::new()),
             FileHash::Crc32c(_) => StreamHasher::Crc32c(crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi)),
             FileHash::SizeOnly => StreamHasher::SizeOnly,
         }
@@ -80,7 +80,7 @@ impl StreamHasher {
         match self {
             StreamHasher::Sha256(hasher) => hasher.update(bytes),
             StreamHasher::GitBlobSha1(hasher) => hasher.update(bytes),
-            StreamHasher::Md5(hasher) => hasher.update(bytes),
+            StreamHasher::Md5(hasher) => md5::Digest::update(hasher, bytes),
             StreamHasher::Crc32c(digest) => digest.update(bytes),
             StreamHasher::SizeOnly => {}
         }
@@ -90,7 +90,7 @@ impl StreamHasher {
         match self {
             StreamHasher::Sha256(hasher) => hex(&hasher.finalize()),
             StreamHasher::GitBlobSha1(hasher) => hex(&hasher.finalize()),
-            StreamHasher::Md5(hasher) => hex(&hasher.finalize()),
+            StreamHasher::Md5(hasher) => hex(&md5::Digest::finalize(hasher)),
             StreamHasher::Crc32c(digest) => format!("{:08x}", digest.finalize()),
             StreamHasher::SizeOnly => String::new(),
         }
