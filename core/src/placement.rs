@@ -131,6 +131,14 @@ pub fn placement(spec: &ModelSpec, node: &NodeView) -> Placement {
     Placement::NotEligible(format!("no required nodeAffinity term matches ({})", reasons.join("; ")))
 }
 
+/// Does `spec`'s placement read any node label for which `label` is true? (Its nodeSelector
+/// keys and its affinity's `matchExpressions` keys; `matchFields` read the name only.) A change
+/// of the node's labels that touches none of them cannot change the verdict.
+pub fn reads_label(spec: &ModelSpec, label: impl Fn(&str) -> bool) -> bool {
+    spec.node_selector.iter().any(|(k, _)| label(k))
+        || spec.required_terms.iter().any(|t| t.match_expressions.iter().any(|r| label(&r.key)))
+}
+
 fn term_matches(term: &NodeSelectorTerm, node: &NodeView) -> Result<(), String> {
     if term.match_expressions.is_empty() && term.match_fields.is_empty() {
         return Err("an empty term matches no node".into());

@@ -1135,3 +1135,73 @@ fn a_new_uid_waits_until_the_old_uid_s_effects_have_landed() {
         all.iter().position(|e| matches!(&e.op, Op::Unpublish { uid, .. } if uid.as_str() == "a")).unwrap();
     assert!(a_unpublish < first_b);
 }
+
+/// A model whose placement names a model label (`models.ome.io/...`): the echo of a label
+/// write changes only model labels, and such a model is still settled by it.
+fn placed_by_model_label(mut o: ModelObject, label: &str) -> ModelObject {
+    let spec = Arc::make_mut(o.spec.as_mut().unwrap());
+    spec.node_selector = vec![(label.to_string(), "Ready".to_string())];
+    o
+}
+
+#[test]
+fn a_change_of_model_labels_only_still_places_a_model_whose_selector_names_one() {
+    let mut h = H::new();
+    let follower = placed_by_model_label(local("follower", "u2"), "models.ome.io/clusterbasemodel.leader");
+    let e = h.start_on(node(&[("zone", "a")]), false, vec![local("leader", "u1"), follower]);
+    assert_eq!(published(&e), vec![(ModelStatus::Updating, None)], "the leader only: {e:?}");
+    // The Node's echo: only a model label changed; the follower's selector now matches.
+    let e = h.input(Input::NodeObserved(node(&[("zone", "a"), ("models.ome.io/clusterbasemodel.leader", "Ready")])));
+    let labels: Vec<&str> = e
+        .iter()
+        .filter_map(|e| match &e.op {
+            Op::Publish { label_key, .. } => Some(label_key.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(labels, vec!["models.ome.io/clusterbasemodel.follower"], "{e:?}");
+}
+
+#[test]
+fn a_change_of_model_labels_only_settles_a_model_whose_published_state_is_unknown() {
+    // Restart: the Node shows nothing of m yet, then its Ready label arrives in an echo before
+    // m's check started (the relists hold decisions until every kind is listed).
+    let mut h = H::new();
+    let e = h.input(Input::NodeObserved(node(&[("zone", "a")])));
+    h.answer_probes(&e, false);
+    h.watch(Kind::BaseModel, WatchEvent::RelistStarted);
+    h.watch(Kind::BaseModel, WatchEvent::RelistDone);
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
+    assert!(h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(local("m", "u1"))).is_empty());
+    let e = h.input(Input::NodeObserved(node(&[("zone", "a"), ("models.ome.io/clusterbasemodel.m", "Ready")])));
+    assert!(e.is_empty(), "nothing is decided before every kind is listed: {e:?}");
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::RelistDone);
+    assert!(published(&e).is_empty(), "an unchanged Ready label is not flipped to Updating: {e:?}");
+    assert!(e.iter().any(|e| matches!(e.op, Op::VerifyLocal { .. })));
+}
+
+#[test]
+fn only_a_change_confined_to_model_labels_skips_the_other_models() {
+    use super::evidence::changes_only_model_labels;
+    let a = node(&[("zone", "a"), ("models.ome.io/clusterbasemodel.m", "Updating")]);
+    let ready = node(&[("zone", "a"), ("models.ome.io/clusterbasemodel.m", "Ready")]);
+    let gone = node(&[("zone", "a")]);
+    let added = node(&[("zone", "a"), ("models.ome.io/clusterbasemodel.m", "Updating"), ("models.ome.io/x", "y")]);
+    let zone = node(&[("zone", "b"), ("models.ome.io/clusterbasemodel.m", "Updating")]);
+    let other = node(&[("zone", "a"), ("models.ome.io/clusterbasemodel.m", "Updating"), ("gpu", "h100")]);
+    let prefix_only = node(&[("zone", "a"), ("models.ome.io/clusterbasemodel.m", "Updating"), ("models.ome.iox", "1")]);
+    let renamed = NodeView { name: "node-2".into(), ..a.clone() };
+    for (new, only) in [
+        (&ready, true),
+        (&gone, true),
+        (&added, true),
+        (&a, true),
+        (&zone, false),
+        (&other, false),
+        (&prefix_only, false),
+    ] {
+        assert_eq!(changes_only_model_labels(&a, new), only, "{new:?}");
+        assert_eq!(changes_only_model_labels(new, &a), only, "reversed: {new:?}");
+    }
+    assert!(!changes_only_model_labels(&a, &renamed));
+}
