@@ -285,10 +285,7 @@ pub(super) fn drive(
         let inc = if is_current { slot.current.as_mut() } else { slot.former.get_mut(i) }.expect("in range");
         copy_released |= share_step(inc, &ctx, &want);
         if is_current {
-            held_by = match &want {
-                Want::Collides(owner) => Some(owner.clone()),
-                _ => None,
-            };
+            held_by = want.collides_with().cloned();
         }
         let inc = &*inc;
         if let Some(run) = inc.download.as_deref().filter(|_| running) {
@@ -307,12 +304,8 @@ pub(super) fn drive(
         }
     }
     note_collision(emitter, key, slot, held_by);
-    if !cancels.is_empty() {
-        emit_cancels(emitter, slot, cancels);
-    }
-    if !actions.is_empty() {
-        emit_actions(emitter, key, slot, actions);
-    }
+    emit_cancels(emitter, slot, cancels);
+    emit_actions(emitter, key, slot, actions);
     if !finished.is_empty() {
         drop_finished(timers, stats, key, slot, &finished);
         stats.candidates += normalize(slot, env.now, env.seq);

@@ -29,6 +29,16 @@ pub enum Want {
     Collides(ModelKey),
 }
 
+impl Want {
+    /// The model that owns a key this one maps to, when they collide.
+    pub fn collides_with(&self) -> Option<&ModelKey> {
+        match self {
+            Want::Collides(owner) => Some(owner),
+            _ => None,
+        }
+    }
+}
+
 /// What the whole state contributes to one decision.
 pub struct Context<'a> {
     pub node: Option<&'a NodeView>,

@@ -7,7 +7,6 @@
 //! is written before the file is preallocated: a partial file without a record was written by a single
 //! stream, and its length is a contiguous prefix.
 //!
-//!
 //! The file is cut into chunks (16 MiB, more for files over 1 GiB: at most `PARTS_MAX`), handed out in
 //! order to `multipart_concurrency` workers, so the file fills from its start. A hasher on a blocking
 //! thread follows the contiguous written prefix as it grows, reading it back from the page cache: when the
