@@ -37,6 +37,11 @@ pub(super) fn local(name: &str, uid: &str) -> ModelObject {
     obj(&ModelKey::cluster(name), uid, &format!("local:///mnt/models/{name}"), None)
 }
 
+/// Ready at once, with no I/O: the plainest model that publishes.
+pub(super) fn vendor(name: &str, uid: &str) -> ModelObject {
+    obj(&ModelKey::cluster(name), uid, "vendor://nvidia/nim/llama", None)
+}
+
 pub(super) fn hf(name: &str, uid: &str) -> ModelObject {
     obj(&ModelKey::cluster(name), uid, "hf://org/repo", Some(&format!("/mnt/models/{name}")))
 }
@@ -529,14 +534,17 @@ fn no_destructive_effect_after_shutdown() {
 
 // ---- Availability ---------------------------------------------------------------------------
 
+fn verifications(effects: &[Effect]) -> Vec<Effect> {
+    effects.iter().filter(|e| matches!(e.op, Op::VerifyLocal { .. })).cloned().collect()
+}
+
 #[test]
-fn local_model_is_announced_verified_then_ready() {
+fn local_model_is_verified_then_ready() {
     let mut h = H::new();
     let e = h.start(false, vec![local("m", "u1")]);
-    assert_eq!(published(&e), vec![(ModelStatus::Updating, None)]);
-    let pid = e.iter().find(|e| matches!(e.op, Op::Publish { .. })).unwrap().id;
-    let e = h.input(Input::EffectDone { id: pid, outcome: Outcome::Done });
-    let [Effect { id: vid, op: Op::VerifyLocal { path, .. } }] = &e[..] else { panic!("{e:?}") };
+    // Nothing published and no label: the check goes first, with no Updating write before it.
+    assert!(published(&e).is_empty(), "{e:?}");
+    let [Effect { id: vid, op: Op::VerifyLocal { path, .. } }] = &verifications(&e)[..] else { panic!("{e:?}") };
     assert_eq!(path, "/mnt/models/m");
     let e = h.input(Input::EffectDone { id: *vid, outcome: Outcome::Done });
     let [Effect { op: Op::Publish { label_key, label, cm_key, entry, .. }, .. }] = &e[..] else { panic!("{e:?}") };
@@ -548,12 +556,25 @@ fn local_model_is_announced_verified_then_ready() {
 }
 
 #[test]
+fn local_model_with_a_label_of_another_state_is_announced_updating_before_its_check() {
+    for (label, published_first) in [("Failed", Some(ModelStatus::Updating)), ("Ready", None)] {
+        let mut h = H::new();
+        let e = h.start_on(node(&[("models.ome.io/clusterbasemodel.m", label)]), false, vec![local("m", "u1")]);
+        let (publishes, checks) = (published(&e), verifications(&e).len());
+        match published_first {
+            Some(status) => assert_eq!((publishes, checks), (vec![(status, None)], 0), "{label}: {e:?}"),
+            // Ready after a restart stays Ready while it is checked again.
+            None => assert_eq!((publishes, checks), (vec![], 1), "{label}: {e:?}"),
+        }
+    }
+}
+
+#[test]
 fn local_model_missing_is_failed_with_reason_and_verified_again_later() {
     let mut h = H::new();
     let e = h.start(false, vec![local("m", "u1")]);
-    let pid = e.iter().find(|e| matches!(e.op, Op::Publish { .. })).unwrap().id;
-    let e = h.input(Input::EffectDone { id: pid, outcome: Outcome::Done });
-    let e = h.input(Input::EffectDone { id: e[0].id, outcome: Outcome::Failed("/mnt/models/m does not exist".into()) });
+    let check = verifications(&e)[0].id;
+    let e = h.input(Input::EffectDone { id: check, outcome: Outcome::Failed("/mnt/models/m does not exist".into()) });
     assert_eq!(published(&e), vec![(ModelStatus::Failed, Some("/mnt/models/m does not exist".into()))]);
     let e = h.settle(e);
     assert!(!e.iter().any(|e| matches!(e.op, Op::VerifyLocal { .. })));
@@ -740,7 +761,7 @@ fn hostile_or_invalid_models_are_failed_and_never_acted_on() {
 #[test]
 fn a_failed_effect_is_retried_with_backoff() {
     let mut h = H::new();
-    let e = h.start(false, vec![local("m", "u1")]);
+    let e = h.start(false, vec![vendor("m", "u1")]);
     let pid = e.iter().find(|e| matches!(e.op, Op::Publish { .. })).unwrap().id;
     let e = h.input(Input::EffectDone { id: pid, outcome: Outcome::Failed("apiserver 500".into()) });
     assert!(e.is_empty());
@@ -748,7 +769,7 @@ fn a_failed_effect_is_retried_with_backoff() {
     let delay = h.s.next_deadline().unwrap().as_ms() - h.now;
     assert!((750..=1000).contains(&delay));
     let e = h.advance(delay);
-    assert_eq!(published(&e), vec![(ModelStatus::Updating, None)]);
+    assert_eq!(published(&e), vec![(ModelStatus::Ready, None)]);
 }
 
 #[test]
@@ -1130,10 +1151,10 @@ fn a_new_uid_waits_until_the_old_uid_s_effects_have_landed() {
     let mut h = H::new();
     let e = h.start(false, vec![]);
     h.settle(e);
-    let e = h.apply(local("m", "a"));
+    let e = h.apply(vendor("m", "a"));
     let a_publish = e.iter().find(|e| matches!(e.op, Op::Publish { .. })).unwrap().id;
-    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("m", "a")));
-    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(local("m", "b")) });
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(vendor("m", "a")));
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(vendor("m", "b")) });
     assert!(published(&e).is_empty(), "B waits for A's publish to land: {e:#?}");
     let e = h.input(Input::EffectDone { id: a_publish, outcome: Outcome::Done });
     // Now A's cleanup runs (keeping the label B will claim), then B proceeds.
@@ -1155,9 +1176,9 @@ fn placed_by_model_label(mut o: ModelObject, label: &str) -> ModelObject {
 #[test]
 fn a_change_of_model_labels_only_still_places_a_model_whose_selector_names_one() {
     let mut h = H::new();
-    let follower = placed_by_model_label(local("follower", "u2"), "models.ome.io/clusterbasemodel.leader");
-    let e = h.start_on(node(&[("zone", "a")]), false, vec![local("leader", "u1"), follower]);
-    assert_eq!(published(&e), vec![(ModelStatus::Updating, None)], "the leader only: {e:?}");
+    let follower = placed_by_model_label(vendor("follower", "u2"), "models.ome.io/clusterbasemodel.leader");
+    let e = h.start_on(node(&[("zone", "a")]), false, vec![vendor("leader", "u1"), follower]);
+    assert_eq!(published(&e), vec![(ModelStatus::Ready, None)], "the leader only: {e:?}");
     // The Node's echo: only a model label changed; the follower's selector now matches.
     let e = h.input(Input::NodeObserved(node(&[("zone", "a"), ("models.ome.io/clusterbasemodel.leader", "Ready")])));
     let labels: Vec<&str> = e
