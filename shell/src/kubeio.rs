@@ -388,14 +388,16 @@ async fn apply_batch(client: &Client, node: &str, namespace: &str, batch: &[Writ
     // The label first, then the ConfigMap (OME's order), one after the other. Sent at once they
     // shared the apiserver's cores, and the Node patch, which is what a model's Ready waits on,
     // took 22 ms instead of 16 with 1,000 labels (`scripts/bench-agent`: 34 -> 27 ms median).
-    // A failed patch skips the write: the batch is retried whole, and both are idempotent.
-    if !labels.is_empty() {
-        patch_labels(client, node, &labels).await?;
-    }
-    if batch.iter().any(|w| !matches!(w, Write::OrphanLabel { .. })) {
-        write_configmap(client, node, namespace, batch).await?;
-    }
-    Ok(())
+    // A failed patch does not stop the write: OME's controller holds a model's finalizer while an
+    // entry of it is left in any node's ConfigMap, that of a Node since deleted included. The
+    // batch is retried whole if either fails; both are idempotent.
+    let labelled = if labels.is_empty() { Ok(()) } else { patch_labels(client, node, &labels).await };
+    let written = if batch.iter().any(|w| !matches!(w, Write::OrphanLabel { .. })) {
+        write_configmap(client, node, namespace, batch).await
+    } else {
+        Ok(())
+    };
+    labelled.and(written)
 }
 
 /// One merge patch of this node's labels (a `None` value removes the label).
