@@ -75,7 +75,8 @@ impl State {
                 inc.spec_filled = true;
                 stats.effects_failed += 1;
             }
-            (Outcome::Failed(reason) | Outcome::Occupied(reason), _) => {
+            (Outcome::Failed(reason) | Outcome::Occupied(reason), what) => {
+                inc.effect_failed(&what);
                 let delay = inc.failed_once(config, prng);
                 inc.blocked_until = Some(now.plus_ms(delay));
                 stats.effects_failed += 1;

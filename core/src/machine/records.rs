@@ -280,6 +280,14 @@ impl Incarnation {
         self.share.get_or_insert_with(Box::default)
     }
 
+    /// After a failed effect: a publish may have half landed (the label patched, the ConfigMap
+    /// write failed), so what was Nothing is Unknown now and a withdrawal still removes it.
+    pub fn effect_failed(&mut self, what: &super::tables::IncOp) {
+        if matches!(what, super::tables::IncOp::Publish { .. }) && self.published == Published::Nothing {
+            self.published = Published::Unknown;
+        }
+    }
+
     /// Might this incarnation have a label on the node? Conservative: unknown counts as yes.
     pub fn claims_label(&self) -> bool {
         !matches!(self.published, Published::Nothing) || self.inflight.is_some()

@@ -424,9 +424,10 @@ fn withdraw_op(key: &ModelKey, inc: &Incarnation, ctx: &Context, now: Instant) -
 
 /// Fetching: `Updating` first, then the check or the download. Not when the label already reads
 /// Ready after a restart, nor before the check of a `local://` model whose label is absent and
-/// which has published nothing (or nothing known yet): that check is one bounded stat, and an Updating write in front of it was a second
-/// Node patch on the way to Ready (16 ms with 1,000 labels, issue 14). To OME's controller and
-/// scheduler an absent label and Updating are the same (neither counts the node).
+/// which has published nothing (or nothing known yet): that check is a stat and a parse, each
+/// with a deadline (after a fetch permit, as OME's queue), and an Updating write in front of it
+/// was a second Node patch on the way to Ready (16 ms with 1,000 labels, issue 14). To OME's
+/// controller and scheduler an absent label and Updating are the same (neither counts the node).
 fn fetch_op(key: &ModelKey, inc: &Incarnation, plan: &Plan, ctx: &Context) -> Option<(Op, IncOp)> {
     let settled =
         matches!(inc.published, Published::Status { status: ModelStatus::Updating | ModelStatus::Failed, .. });

@@ -773,6 +773,27 @@ fn a_failed_effect_is_retried_with_backoff() {
 }
 
 #[test]
+fn a_publish_that_failed_from_nothing_is_still_withdrawn() {
+    // The failed Ready may have half landed (label patched, ConfigMap write failed): a delete
+    // before the retry must still remove what may be on the node.
+    let mut h = H::new();
+    let mut m = vendor("m", "u1");
+    Arc::make_mut(m.spec.as_mut().unwrap()).node_selector = vec![("zone".into(), "a".into())];
+    let e = h.start(false, vec![m.clone()]);
+    h.settle(e);
+    let key = ModelKey::cluster("m");
+    assert_eq!(h.view(&key, "u1").published, Published::Nothing, "not placed yet: nothing published");
+    let e = h.input(Input::NodeObserved(node(&[("zone", "a")])));
+    let [Effect { id, op: Op::Publish { .. } }] = &e[..] else { panic!("{e:?}") };
+    let e = h.input(Input::EffectDone { id: *id, outcome: Outcome::Failed("configmap write: 500".into()) });
+    assert!(e.is_empty(), "{e:?}");
+    let mut e = h.apply(deleting(m));
+    e.extend(h.advance(5_000));
+    let e = h.settle(e);
+    assert!(e.iter().any(|e| matches!(e.op, Op::Unpublish { .. })), "withdrawn after the backoff: {e:?}");
+}
+
+#[test]
 fn an_unchanged_ready_label_is_not_flipped_to_updating_on_restart() {
     // The label is on the first Node view, or comes later in a change of model labels only (the
     // kind of change that settles only the models it concerns), while m's state is unknown.
