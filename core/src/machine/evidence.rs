@@ -57,7 +57,7 @@ impl State {
 
     /// The echo of this agent's own label writes changes only model labels, and those matter
     /// to a model only through a placement that names one, or through its own label's value
-    /// while its published state is unknown (`tables::fetch_op`'s `already_ready`; its
+    /// while its published state is unknown (`tables::skips_updating`'s `already_ready`; its
     /// `first_check` reads it for Nothing too, but only when it emits an effect at once). Settling
     /// every model on each echo cost O(models) per label write (12–17 ms of the loop at 10,000
     /// models, `scripts/bench-agent`).

@@ -349,6 +349,21 @@ fn publish_op(
     Some((op, IncOp::Publish { status, reason }))
 }
 
+/// No `Updating` before a fetch when the label already reads Ready after a restart, nor before
+/// the check of a `local://` model whose label is absent and which has published nothing (or
+/// nothing known yet): that check is a stat and a parse, each with a deadline (after a fetch
+/// permit, as OME's queue), and an Updating write in front of it was a second Node patch on the
+/// way to Ready (16 ms with 1,000 labels, issue 14). To OME's controller and scheduler an absent
+/// label and Updating are the same (neither counts the node).
+fn skips_updating(key: &ModelKey, inc: &Incarnation, plan: &Plan, ctx: &Context) -> bool {
+    let label = ctx.node.map(|n| n.labels.get(&wire::label_key(key)));
+    let already_ready = inc.published == Published::Unknown && label.flatten().is_some_and(|v| v == "Ready");
+    let first_check = matches!(plan, Plan::Verify { .. })
+        && matches!(inc.published, Published::Nothing | Published::Unknown)
+        && label == Some(None);
+    already_ready || first_check
+}
+
 /// Once Ready with metadata, and only with `--update-model-spec`: fill the spec's empty fields.
 fn fill_spec_op(key: &ModelKey, inc: &Incarnation, ctx: &Context) -> Option<(Op, IncOp)> {
     let Fetched::Done { plan, metadata: Some(_), .. } = &inc.fetched else { return None };
@@ -422,21 +437,11 @@ fn withdraw_op(key: &ModelKey, inc: &Incarnation, ctx: &Context, now: Instant) -
     }
 }
 
-/// Fetching: `Updating` first, then the check or the download. Not when the label already reads
-/// Ready after a restart, nor before the check of a `local://` model whose label is absent and
-/// which has published nothing (or nothing known yet): that check is a stat and a parse, each
-/// with a deadline (after a fetch permit, as OME's queue), and an Updating write in front of it
-/// was a second Node patch on the way to Ready (16 ms with 1,000 labels, issue 14). To OME's
-/// controller and scheduler an absent label and Updating are the same (neither counts the node).
+/// Fetching: `Updating` first (unless `skips_updating`), then the check or the download.
 fn fetch_op(key: &ModelKey, inc: &Incarnation, plan: &Plan, ctx: &Context) -> Option<(Op, IncOp)> {
     let settled =
         matches!(inc.published, Published::Status { status: ModelStatus::Updating | ModelStatus::Failed, .. });
-    let label = ctx.node.map(|n| n.labels.get(&wire::label_key(key)));
-    let already_ready = inc.published == Published::Unknown && label.flatten().is_some_and(|v| v == "Ready");
-    let first_check = matches!(plan, Plan::Verify { .. })
-        && matches!(inc.published, Published::Nothing | Published::Unknown)
-        && label == Some(None);
-    if !settled && !already_ready && !first_check {
+    if !settled && !skips_updating(key, inc, plan, ctx) {
         return publish_op(key, inc, ModelStatus::Updating, None, ctx);
     }
     // One download into a directory at a time, and none into one being trashed.

@@ -777,8 +777,7 @@ fn a_publish_that_failed_from_nothing_is_still_withdrawn() {
     // The failed Ready may have half landed (label patched, ConfigMap write failed): a delete
     // before the retry must still remove what may be on the node.
     let mut h = H::new();
-    let mut m = vendor("m", "u1");
-    Arc::make_mut(m.spec.as_mut().unwrap()).node_selector = vec![("zone".into(), "a".into())];
+    let m = with_node_selector(vendor("m", "u1"), "zone", "a");
     let e = h.start(false, vec![m.clone()]);
     h.settle(e);
     let key = ModelKey::cluster("m");
@@ -1186,18 +1185,18 @@ fn a_new_uid_waits_until_the_old_uid_s_effects_have_landed() {
     assert!(a_unpublish < first_b);
 }
 
-/// A model whose placement names a model label (`models.ome.io/...`): the echo of a label
-/// write changes only model labels, and such a model is still settled by it.
-fn placed_by_model_label(mut o: ModelObject, label: &str) -> ModelObject {
-    let spec = Arc::make_mut(o.spec.as_mut().unwrap());
-    spec.node_selector = vec![(label.to_string(), "Ready".to_string())];
+/// `o`, placed only on nodes whose label `key` reads `value`.
+fn with_node_selector(mut o: ModelObject, key: &str, value: &str) -> ModelObject {
+    Arc::make_mut(o.spec.as_mut().unwrap()).node_selector = vec![(key.to_string(), value.to_string())];
     o
 }
 
 #[test]
 fn a_change_of_model_labels_only_still_places_a_model_whose_selector_names_one() {
     let mut h = H::new();
-    let follower = placed_by_model_label(vendor("follower", "u2"), "models.ome.io/clusterbasemodel.leader");
+    // Its placement names a model label: the echo of a label write changes only model labels,
+    // and such a model is still settled by it.
+    let follower = with_node_selector(vendor("follower", "u2"), "models.ome.io/clusterbasemodel.leader", "Ready");
     let e = h.start_on(node(&[("zone", "a")]), false, vec![vendor("leader", "u1"), follower]);
     assert_eq!(published(&e), vec![(ModelStatus::Ready, None)], "the leader only: {e:?}");
     // The Node's echo: only a model label changed; the follower's selector now matches.
