@@ -14,7 +14,7 @@ USAGE:
   model-agent-sim swarm --seeds K [--seed FIRST] [--nodes N] [--models M] [--json] [--dump-traces DIR]
                         [--keep-going]
   model-agent-sim replay FILE [--check] [--svg FILE]
-  model-agent-sim bench [--nodes N] [--models M] [--json]
+  model-agent-sim bench [--nodes N] [--models M] [--agent core|upstream|both] [--json]
                         (crd-ssa wall time and events/s, both agents; --json adds each report)
   model-agent-sim list
 
@@ -233,6 +233,12 @@ fn cmd_bench(mut args: Args) -> Result<bool, String> {
     let nodes = args.number("--nodes")?.unwrap_or(1000);
     let models = args.number("--models")?.unwrap_or(1000);
     let json = args.flag("--json");
+    let agents = match args.value("--agent")?.as_deref().unwrap_or("both") {
+        "core" => vec![AgentKind::Core],
+        "upstream" => vec![AgentKind::Upstream],
+        "both" => vec![AgentKind::Core, AgentKind::Upstream],
+        other => return Err(format!("--agent must be core, upstream or both, not {other:?}")),
+    };
     args.done()?;
     println!("crd-ssa, {nodes} nodes x {models} models, seed 1");
     println!(
@@ -240,7 +246,7 @@ fn cmd_bench(mut args: Args) -> Result<bool, String> {
         "agent", "wall s", "sim events", "events/s", "reads/node", "live removals"
     );
     let mut ok = true;
-    for agent in [AgentKind::Core, AgentKind::Upstream] {
+    for agent in agents {
         let opts = Options { nodes, models, seed: 1, agent, audit_every_step: false, ..Options::default() };
         let started = std::time::Instant::now();
         let (r, world) = scenario::run("crd-ssa", &opts)?;
