@@ -400,6 +400,22 @@ impl<V> EntryWrite<V> {
     }
 }
 
+/// An `EntryWrite::Put`: the value is set whoever owned the key (the ownership rule binds
+/// withdrawals only); returns whether anything changed. Copies the key only for a new entry.
+pub fn put_entry<V: EntryValue>(data: &mut BTreeMap<String, V>, cm_key: &str, value: &V) -> bool {
+    match data.get_mut(cm_key) {
+        Some(held) if held == value => false,
+        Some(held) => {
+            held.clone_from(value);
+            true
+        }
+        None => {
+            data.insert(cm_key.to_string(), value.clone());
+            true
+        }
+    }
+}
+
 /// Apply `writes`, in order, to a ConfigMap's data; returns whether anything changed and the
 /// entries removed with their owners (for logs and the simulator's checks).
 pub fn apply_entry_writes<V: EntryValue>(
@@ -410,10 +426,7 @@ pub fn apply_entry_writes<V: EntryValue>(
     let mut removed = Vec::new();
     for w in writes {
         if let EntryWrite::Put { cm_key, value } = w {
-            if data.get(cm_key) != Some(value) {
-                data.insert(cm_key.clone(), value.clone());
-                changed = true;
-            }
+            changed |= put_entry(data, cm_key, value);
             continue;
         }
         let Some(owner) = data.get(w.cm_key()).map(EntryValue::owner) else { continue };

@@ -5,6 +5,7 @@
 pub mod api;
 pub mod history;
 pub mod oracle;
+pub mod profile;
 pub mod scenario;
 pub mod svg;
 pub mod upstream;

@@ -14,8 +14,9 @@ USAGE:
   model-agent-sim swarm --seeds K [--seed FIRST] [--nodes N] [--models M] [--json] [--dump-traces DIR]
                         [--keep-going]
   model-agent-sim replay FILE [--check] [--svg FILE]
-  model-agent-sim bench [--nodes N] [--models M] [--agent core|upstream|both] [--json]
-                        (crd-ssa wall time and events/s, both agents; --json adds each report)
+  model-agent-sim bench [--nodes N] [--models M] [--agent core|upstream|both] [--json] [--by-kind]
+                        (crd-ssa wall time and events/s, both agents; --json adds each report,
+                        --by-kind the wall time of each kind of step)
   model-agent-sim list
 
 Scenarios: crd-ssa, apiserver-outage, stale-relist, unsynced-empty, delete-recreate, read-failures,
@@ -233,6 +234,7 @@ fn cmd_bench(mut args: Args) -> Result<bool, String> {
     let nodes = args.number("--nodes")?.unwrap_or(1000);
     let models = args.number("--models")?.unwrap_or(1000);
     let json = args.flag("--json");
+    let by_kind = args.flag("--by-kind");
     let agents = match args.value("--agent")?.as_deref().unwrap_or("both") {
         "core" => vec![AgentKind::Core],
         "upstream" => vec![AgentKind::Upstream],
@@ -247,10 +249,19 @@ fn cmd_bench(mut args: Args) -> Result<bool, String> {
     );
     let mut ok = true;
     for agent in agents {
-        let opts = Options { nodes, models, seed: 1, agent, audit_every_step: false, ..Options::default() };
+        let opts = Options {
+            nodes,
+            models,
+            seed: 1,
+            agent,
+            audit_every_step: false,
+            profile_steps: by_kind,
+            ..Options::default()
+        };
         let started = std::time::Instant::now();
         let (r, world) = scenario::run("crd-ssa", &opts)?;
         let wall = started.elapsed().as_secs_f64();
+        let profile = world.profile.as_ref().map(|p| p.table()).unwrap_or_default();
         // Freeing a million-model world is teardown, not the scenario: it is left out of the wall.
         drop(world);
         println!(
@@ -267,6 +278,7 @@ fn cmd_bench(mut args: Args) -> Result<bool, String> {
             // The counts to compare before and after a change to the simulator (not the wall time).
             println!("{}", serde_json::to_string(&r).expect("report serialises"));
         }
+        profile.iter().for_each(|line| println!("  {line}"));
     }
     Ok(ok)
 }

@@ -39,6 +39,8 @@ pub struct Options {
     /// The core's invariants and the history of states after every step (the default); the
     /// benchmark turns them off to time the agents alone, and checks the invariants once at the end.
     pub audit_every_step: bool,
+    /// Time each step by kind (`World::profile`).
+    pub profile_steps: bool,
 }
 
 impl Default for Options {
@@ -51,6 +53,7 @@ impl Default for Options {
             timeline: false,
             record_traces: false,
             audit_every_step: true,
+            profile_steps: false,
         }
     }
 }
@@ -182,6 +185,7 @@ pub fn new_world(opts: &Options) -> World {
     }
     w.record_traces = opts.record_traces;
     w.audit_every_step = opts.audit_every_step;
+    w.profile = opts.profile_steps.then(Box::default);
     w
 }
 

@@ -267,6 +267,8 @@ pub struct World {
     /// Per mille of live reads that never answer (the core's deadline must catch them).
     pub read_timeout_permille: u64,
     pub marks: Option<Vec<Mark>>,
+    /// Wall time by kind of step (`bench --by-kind`); `None` reads no clock.
+    pub profile: Option<Box<crate::profile::StepProfile>>,
     pub record_traces: bool,
     /// Check the core's invariants and keep the history after every step (see `Options`).
     pub audit_every_step: bool,
@@ -319,6 +321,7 @@ impl World {
             label_writer: vec![BTreeMap::new(); nodes],
             read_timeout_permille: 0,
             marks: None,
+            profile: None,
             record_traces: false,
             audit_every_step: true,
             events_processed: 0,
@@ -405,7 +408,7 @@ impl World {
             }
             Ev::Execute { node, generation, effect } => {
                 if self.nodes[node].generation == generation
-                    && let Some(input) = self.execute(node, &effect)
+                    && let Some(input) = self.execute_timed(node, &effect)
                 {
                     if matches!(effect.op, Op::LiveGet { .. } | Op::LiveGetNode | Op::LiveList { .. }) {
                         let at = self.now + self.span(self.timing.read_ms_min, self.timing.read_ms_max);
@@ -464,11 +467,15 @@ impl World {
         let audit = self.audit_every_step;
         // Kept for the history and the recorder only (a benchmark run has neither).
         let kept = (audit || self.nodes[node].recorder.is_some()).then(|| input.clone());
+        let timed = self.profile.is_some().then(|| (crate::profile::input_kind(&input), std::time::Instant::now()));
         let (output, state) = match &mut self.nodes[node].agent {
             Agent::Core(state) => (state.handle(now, input), audit.then(|| (**state).clone())),
             Agent::Upstream(up) => (Output { effects: up.handle(now, input), notes: Vec::new() }, None),
             Agent::Stopped => return,
         };
+        if let (Some(profile), Some((kind, started))) = (&mut self.profile, timed) {
+            profile.add(kind, started);
+        }
         if let (Some(rec), Some(kept)) = (&mut self.nodes[node].recorder, &kept) {
             rec.record(now, kept, &output);
         }
@@ -536,6 +543,17 @@ impl World {
     // ------------------------------------------------------------------------------------------
     // The simulated shell
     // ------------------------------------------------------------------------------------------
+
+    fn execute_timed(&mut self, node: usize, effect: &Effect) -> Option<Input> {
+        let Some(started) = self.profile.is_some().then(std::time::Instant::now) else {
+            return self.execute(node, effect);
+        };
+        let input = self.execute(node, effect);
+        if let Some(profile) = &mut self.profile {
+            profile.add(crate::profile::op_kind(&effect.op), started);
+        }
+        input
+    }
 
     fn execute(&mut self, node: usize, effect: &Effect) -> Option<Input> {
         let id = effect.id;
@@ -634,26 +652,20 @@ impl World {
         self.check_label_scope(node, label_key);
         // Another live uid's entry is overwritten only by a colliding model that
         // outranks it (ClusterBaseModel, then older, then smaller uid).
-        if let Some(other) = self.api.entries[node].get(cm_key).and_then(|e| e.uid.clone())
+        if let Some(other) = self.api.entries[node].get(cm_key).and_then(|e| e.uid.as_deref())
             && other != uid.as_str()
-            && let Some(theirs) = self.api.live_here(&other, node)
+            && let Some(theirs) = self.api.live_here(other, node)
             && !self.api.outranks(key, uid.as_str(), theirs)
         {
+            let other = other.to_string();
             self.violation_on(node, Some(key), format!("{key} uid {uid} overwrote the entry of live uid {other}"));
         }
         if let Some(status) = label {
-            self.api.labels[node].insert(label_key.to_string(), status.as_str().to_string());
-            let writers = &mut self.label_writer[node];
-            match writers.get_mut(label_key) {
-                Some(writer) if writer.as_str() == uid.as_str() => {}
-                Some(writer) => *writer = uid.as_str().to_string(),
-                None => {
-                    writers.insert(label_key.to_string(), uid.as_str().to_string());
-                }
-            }
+            set_text(&mut self.api.labels[node], label_key, status.as_str());
+            set_text(&mut self.label_writer[node], label_key, uid.as_str());
         }
         let value = StoredEntry { status: entry.status, uid: entry.uid.clone() };
-        wire::apply_entry_writes(&mut self.api.entries[node], &[EntryWrite::Put { cm_key: cm_key.to_string(), value }]);
+        wire::put_entry(&mut self.api.entries[node], cm_key, &value);
         if !self.published_ever[node].contains(uid.as_str()) {
             self.published_ever[node].insert(uid.as_str().to_string());
         }
@@ -1439,6 +1451,18 @@ fn resolved(id: model_agent_core::EffectId, storage_uri: &str) -> Input {
 }
 
 /// Is `path` (beneath the root) a shared copy?
+/// `map[key] = value`, copying the key only when it is new and the value only when it changed
+/// (a publish mostly rewrites what is there).
+fn set_text(map: &mut BTreeMap<String, String>, key: &str, value: &str) {
+    match map.get_mut(key) {
+        Some(held) if held == value => {}
+        Some(held) => value.clone_into(held),
+        None => {
+            map.insert(key.to_string(), value.to_string());
+        }
+    }
+}
+
 /// A relist's events: its start, one item per object, its end.
 fn push_list(events: &mut Vec<WatchEvent>, objects: Vec<model_agent_core::ModelObject>) {
     events.push(WatchEvent::RelistStarted);

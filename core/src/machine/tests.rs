@@ -450,6 +450,39 @@ fn a_failed_list_retries_as_one_list() {
 }
 
 #[test]
+fn a_record_dropped_during_a_relist_leaves_its_seen_keys_so_an_unlisted_model_still_vanishes() {
+    // A key seen and then dropped (its delete confirmed, cleaned up) must not stand in for one
+    // the relist never listed (a shortcut that compares counts would miss `n`).
+    let mut h = H::new();
+    let e = h.start(false, vec![local("m", "u1"), local("n", "u2")]);
+    h.settle(e);
+    let (m, n) = (ModelKey::cluster("m"), ModelKey::cluster("n"));
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(local("m", "u1")));
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("m", "u1")));
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::NotFound });
+    h.settle(e);
+    assert!(!h.s.knows(&m), "m's record is dropped once its cleanup landed");
+    assert_eq!(h.s.model_count(), 1);
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::RelistDone);
+    assert_eq!(pending_cause(&h.view(&n, "u2")), Some((Cause::RelistVanished, 0)));
+    assert_eq!(gets(&e).len(), 1);
+}
+
+#[test]
+fn a_full_relist_questions_nothing() {
+    let mut h = H::new();
+    let e = h.start(false, vec![local("m", "u1"), local("n", "u2")]);
+    h.settle(e);
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(local("n", "u2")));
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(local("m", "u1")));
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::RelistDone);
+    assert!(e.is_empty(), "{e:?}");
+    assert_eq!(h.view(&ModelKey::cluster("n"), "u2").life, Life::Observed);
+}
+
+#[test]
 fn a_restarted_relist_resets_its_buffer() {
     let (mut h, key) = ready_local();
     h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
