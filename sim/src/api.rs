@@ -76,6 +76,8 @@ pub struct Api {
     /// Per node: until when all its labels are wiped (node-feature-discovery #1802): the Node
     /// shows none, to its watch and to live GETs, and `node_labels` comes back afterwards.
     pub wiped_until: Vec<Option<u64>>,
+    /// Per node: its name (`node_name`), made once: placement is asked per model and node.
+    names: Vec<String>,
     /// The API server does not answer at all.
     pub down: bool,
     /// GETs and LISTs fail (the watch still works).
@@ -97,6 +99,7 @@ impl Api {
             entries: vec![BTreeMap::new(); nodes],
             node_labels: vec![BTreeMap::new(); nodes],
             wiped_until: vec![None; nodes],
+            names: (0..nodes).map(node_name).collect(),
             ..Api::default()
         }
     }
@@ -104,7 +107,7 @@ impl Api {
     /// The Node as the API server serves it now.
     pub fn node_view(&self, node: usize) -> NodeView {
         let labels = if self.wiped_until[node].is_some() { BTreeMap::new() } else { self.node_labels[node].clone() };
-        NodeView { name: node_name(node), labels }
+        NodeView { name: self.names[node].clone(), labels }
     }
 
     pub fn create(&mut self, key: ModelKey, spec: Arc<ModelSpec>, finalizer: bool) -> Option<Change> {
@@ -236,7 +239,7 @@ impl Api {
     /// Does the oracle place `spec` on `node` as the Node is now?
     pub fn placed(&self, spec: &ModelSpec, node: usize) -> bool {
         let labels = if self.wiped_until[node].is_some() { &BTreeMap::new() } else { &self.node_labels[node] };
-        crate::oracle::placed(spec, &node_name(node), labels)
+        crate::oracle::placed(spec, &self.names[node], labels)
     }
 
     /// The name of the live object with this uid.

@@ -4,18 +4,12 @@ use super::*;
 
 impl State {
     pub(super) fn on_effect_done(&mut self, st: &mut Step, id: EffectId, outcome: Outcome) {
-        let Some(owner) = self.inflight.get(&id).cloned() else { return };
+        // Taken, not cloned: a fetch's owner holds its whole plan.
+        let Some(owner) = self.inflight.remove(&id) else { return };
         match owner {
-            Owner::Inc { key, uid, what } => {
-                self.inflight.remove(&id);
-                self.inc_effect_done(st, id, (key, uid), what, outcome);
-            }
-            Owner::Purge { name } => {
-                self.inflight.remove(&id);
-                self.purge_done(st, id, name, outcome);
-            }
+            Owner::Inc { key, uid, what } => self.inc_effect_done(st, id, (key, uid), what, outcome),
+            Owner::Purge { name } => self.purge_done(st, id, name, outcome),
             Owner::Orphan { dir } => {
-                self.inflight.remove(&id);
                 if let Some(dir) = dir {
                     self.dirs_trashing.remove(&dir);
                     // Whoever waited to fetch into it decides again.
@@ -35,8 +29,14 @@ impl State {
                     }
                 }
             }
-            // Reads, probes and snapshots answer with their own inputs.
-            Owner::Get { .. } | Owner::List { .. } | Owner::NodeGet { .. } | Owner::Snapshot { .. } => {}
+            // Reads, probes and snapshots answer with their own inputs (an `EffectDone` for one
+            // is a shell bug): their owners stay.
+            answers_itself @ (Owner::Get { .. }
+            | Owner::List { .. }
+            | Owner::NodeGet { .. }
+            | Owner::Snapshot { .. }) => {
+                self.inflight.insert(id, answers_itself);
+            }
         }
     }
 
