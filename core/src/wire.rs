@@ -81,13 +81,22 @@ fn split_namespaced<'a>(namespace: &'a str, name: &'a str, budget: usize) -> (Co
 /// The node label key for a model (`models.ome.io/clusterbasemodel.<name>` or
 /// `models.ome.io/<ns>.basemodel.<name>`). The controller computes the same key: a contract.
 pub fn label_key(key: &ModelKey) -> String {
+    let mut out = String::new();
+    write_label_key(key, &mut out);
+    out
+}
+
+/// `label_key` into `out` (cleared first): a pass over every model reuses one buffer.
+pub fn write_label_key(key: &ModelKey, out: &mut String) {
+    out.clear();
     match key.kind {
         Kind::ClusterBaseModel => {
-            [LABEL_DOMAIN, "/clusterbasemodel.", &truncated(&key.name, CLUSTER_LABEL_NAME_BUDGET)].concat()
+            let name = truncated(&key.name, CLUSTER_LABEL_NAME_BUDGET);
+            out.extend([LABEL_DOMAIN, "/clusterbasemodel.", &name]);
         }
         Kind::BaseModel => {
             let (ns, name) = split_namespaced(&key.namespace, &key.name, BASE_LABEL_BUDGET);
-            [LABEL_DOMAIN, "/", &ns, ".basemodel.", &name].concat()
+            out.extend([LABEL_DOMAIN, "/", &ns, ".basemodel.", &name]);
         }
     }
 }
@@ -126,11 +135,21 @@ pub fn is_model_status_label(label: &str, value: &str) -> bool {
 
 /// The key of a model's entry in the per-node ConfigMap.
 pub fn configmap_key(key: &ModelKey) -> String {
+    let mut out = String::new();
+    write_configmap_key(key, &mut out);
+    out
+}
+
+/// `configmap_key` into `out` (cleared first).
+pub fn write_configmap_key(key: &ModelKey, out: &mut String) {
+    out.clear();
     match key.kind {
-        Kind::ClusterBaseModel => ["clusterbasemodel.", &truncated(&key.name, CLUSTER_CM_NAME_BUDGET)].concat(),
+        Kind::ClusterBaseModel => {
+            out.extend(["clusterbasemodel.", &truncated(&key.name, CLUSTER_CM_NAME_BUDGET)]);
+        }
         Kind::BaseModel => {
             let (ns, name) = split_namespaced(&key.namespace, &key.name, BASE_CM_BUDGET);
-            [&ns, ".basemodel.", &name].concat()
+            out.extend([&ns, ".basemodel.", &name]);
         }
     }
 }

@@ -36,21 +36,25 @@ impl State {
 
     /// Every incarnation the snapshot is not stale for takes what it shows: published or
     /// drifted, its directory found or gone. Returns what the known models claim.
-    fn observe_snapshot(&mut self, st: &mut Step, requested_seq: u64, snap: &DriftSnapshot) -> Claimed {
+    fn observe_snapshot<'s>(&mut self, st: &mut Step, requested_seq: u64, snap: &'s DriftSnapshot) -> Claimed<'s> {
         // Hash sets with a fixed hasher: this pass is O(models) per node every period.
         let owned_by_uid: FxHashMap<&Uid, &OwnedDir> = snap.owned_dirs.iter().map(|d| (&d.uid, d)).collect();
         let mut claimed = Claimed::with_capacity(self.slots.len());
+        let (mut label_key, mut cm_key) = (String::new(), String::new());
         for (key, shared) in self.slots.iter_mut() {
             let slot = Arc::make_mut(shared);
-            let (label_key, cm_key) = (wire::label_key(key), wire::configmap_key(key));
-            let label = snap.labels.get(&label_key);
+            wire::write_label_key(key, &mut label_key);
+            wire::write_configmap_key(key, &mut cm_key);
+            let label = snap.labels.get_key_value(&label_key);
+            let entry = snap.entries.get_key_value(&cm_key);
             let seen = Seen {
-                label: label.and_then(|v| ModelStatus::parse(v)),
+                label: label.and_then(|(_, v)| ModelStatus::parse(v)),
                 label_present: label.is_some(),
-                entry: snap.entries.get(&cm_key),
+                entry: entry.map(|(_, e)| e),
             };
-            claimed.labels.insert(label_key);
-            claimed.entries.insert(cm_key);
+            // Only what the snapshot shows can be an orphan: a claim of a key it lacks is moot.
+            claimed.labels.extend(label.map(|(k, _)| k.as_str()));
+            claimed.entries.extend(entry.map(|(k, _)| k.as_str()));
             let has_current = slot.current.is_some();
             for (i, inc) in slot.current.iter_mut().chain(slot.former.iter_mut()).enumerate() {
                 claimed.uids.insert(inc.uid().clone());
@@ -69,7 +73,7 @@ impl State {
 
     /// Orphans: what no known model claims. Only fresh LISTs of every kind can make them
     /// removable; a snapshot alone never removes anything.
-    fn begin_orphan_check(&mut self, st: &mut Step, snap: &DriftSnapshot, claimed: &Claimed) {
+    fn begin_orphan_check(&mut self, st: &mut Step, snap: &DriftSnapshot, claimed: &Claimed<'_>) {
         let mut check = OrphanCheck {
             labels: snap
                 .labels
@@ -214,17 +218,18 @@ struct Seen<'a> {
     entry: Option<&'a EntryView>,
 }
 
-/// What the known models claim: their uids, label keys and ConfigMap keys.
-struct Claimed {
+/// What the known models claim: their uids, and the label keys and ConfigMap keys of theirs
+/// that the snapshot shows (borrowed from it).
+struct Claimed<'s> {
     uids: FxHashSet<Uid>,
-    labels: FxHashSet<String>,
-    entries: FxHashSet<String>,
+    labels: FxHashSet<&'s str>,
+    entries: FxHashSet<&'s str>,
 }
 
-impl Claimed {
+impl Claimed<'_> {
     /// Sized for `models` up front: growing three sets by doubling on every pass costs more
     /// than the pass's own comparisons.
-    fn with_capacity(models: usize) -> Claimed {
+    fn with_capacity(models: usize) -> Self {
         Claimed {
             uids: FxHashSet::with_capacity_and_hasher(models, Default::default()),
             labels: FxHashSet::with_capacity_and_hasher(models, Default::default()),
