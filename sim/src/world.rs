@@ -6,6 +6,8 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
+use rustc_hash::FxHashMap;
+
 use model_agent_core::machine::{
     Config, DownloadEnd, DownloadResult, DriftSnapshot, Effect, Input, ListResult, NodeReadResult, Note, Op, Output,
     OwnedDir, ReadResult, RootProbe, WatchEvent,
@@ -1223,9 +1225,14 @@ impl World {
         // What each live object needs, computed once (not once per node).
         let expects = self.expects();
         let mut problems = Vec::new();
+        // Nodes that place the same models have the same key owners: worked out once per set.
+        let mut owners_of: FxHashMap<Vec<usize>, Vec<usize>> = FxHashMap::default();
         for node in 0..self.nodes.len() {
             if !matches!(self.nodes[node].agent, Agent::Stopped) {
-                self.node_converged(node, &expects, &mut problems);
+                let placed: Vec<usize> =
+                    (0..expects.len()).filter(|&i| self.api.placed(&expects[i].spec, node)).collect();
+                let owners = owners_of.entry(placed.clone()).or_insert_with_key(|placed| key_owners(&expects, placed));
+                self.node_converged(node, &expects, (&placed, owners), &mut problems);
             }
         }
         for (node, key, p) in problems {
@@ -1241,6 +1248,7 @@ impl World {
             label_key: wire::label_key(&o.key),
             cm_key: wire::configmap_key(&o.key),
             uid: o.uid.as_str().to_string(),
+            uid_key: o.uid.clone(),
             downloads: oracle::downloads(&o.spec.storage_uri),
             reuses: oracle::reuses(&o.spec),
             local_path: oracle::local_path(&o.spec),
@@ -1253,16 +1261,20 @@ impl World {
     }
 
     /// What one node should show, against what it shows.
-    fn node_converged(&self, node: usize, expects: &[Expect], problems: &mut Vec<(usize, Option<ModelKey>, String)>) {
+    fn node_converged(
+        &self,
+        node: usize,
+        expects: &[Expect],
+        (placed, owners): (&[usize], &[usize]),
+        problems: &mut Vec<(usize, Option<ModelKey>, String)>,
+    ) {
         let n = &self.nodes[node];
-        let mut expected_labels: BTreeMap<&str, (&'static str, &ModelKey)> = BTreeMap::new();
-        let placed: Vec<&Expect> = expects.iter().filter(|e| self.api.placed(&e.spec, node)).collect();
-        for e in key_owners(&placed) {
+        let mut expected_labels: FxHashMap<&str, (&'static str, &ModelKey)> = FxHashMap::default();
+        for e in owners.iter().map(|&i| &expects[i]) {
             let local_missing = e.local_path.as_ref().is_some_and(|p| n.missing_local.contains(p));
             // Two models may name one directory: the one whose marker it holds is Ready.
-            let taken =
-                e.dir.as_ref().and_then(|p| n.dirs.get(p)).is_some_and(|marker| !marker.contains(&Uid::new(&e.uid)))
-                    && !e.reuses;
+            let taken = e.dir.as_ref().and_then(|p| n.dirs.get(p)).is_some_and(|marker| !marker.contains(&e.uid_key))
+                && !e.reuses;
             let failed = (e.downloads && (!n.root_writable || taken)) || local_missing;
             let status = if failed { ModelStatus::Failed } else { ModelStatus::Ready };
             expected_labels.insert(&e.label_key, (status.as_str(), &e.key));
@@ -1279,23 +1291,29 @@ impl World {
             {
                 // Its path links to the node's copy, or (something else was there) holds its own.
                 let linked = n.links.get(dir).is_some_and(|l| l.copy == *copy);
-                let own = n.dirs.get(dir).is_some_and(|marker| marker.contains(&Uid::new(&e.uid)));
+                let own = n.dirs.get(dir).is_some_and(|marker| marker.contains(&e.uid_key));
                 if !linked && !own {
                     problems.push((node, Some(e.key.clone()), format!("{dir} does not link to the copy {copy}")));
                 }
             }
         }
         let labels = &self.api.labels[node];
-        for (k, (v, key)) in &expected_labels {
-            if labels.get(*k).map(String::as_str) != Some(*v) {
-                let text = format!("label {k} is {:?}, expected {v}", labels.get(*k));
-                problems.push((node, Some((*key).clone()), text));
-            }
+        let mut wrong: Vec<(&str, &str, &ModelKey)> = expected_labels
+            .iter()
+            .filter(|(k, (v, _))| labels.get(**k).map(String::as_str) != Some(*v))
+            .map(|(k, (v, key))| (*k, *v, *key))
+            .collect();
+        // In label order, as a sorted map would give them.
+        wrong.sort_unstable_by_key(|(k, _, _)| *k);
+        for (k, v, key) in wrong {
+            let text = format!("label {k} is {:?}, expected {v}", labels.get(k));
+            problems.push((node, Some(key.clone()), text));
         }
         for k in labels.keys().filter(|k| !expected_labels.contains_key(k.as_str())) {
             let key = self.label_writer[node].get(k).and_then(|uid| self.api.key_of(uid));
             problems.push((node, key, format!("stale label {k}")));
         }
+        let placed: Vec<&Expect> = placed.iter().map(|&i| &expects[i]).collect();
         self.node_links(node, &placed, problems);
         self.node_leftovers(node, problems);
     }
@@ -1403,6 +1421,7 @@ struct Expect {
     label_key: String,
     cm_key: String,
     uid: String,
+    uid_key: Uid,
     downloads: bool,
     /// `ReuseIfExists` on `hf://`: a symlink to the node's copy, never Failed for a marker.
     reuses: bool,
@@ -1420,11 +1439,11 @@ struct Expect {
 /// The models placed here that own their keys: none of lower rank shares their label key or
 /// their ConfigMap key. Ranks are unique (they end with the uid), so the lowest of each key's
 /// group owns it; one pass per key kind instead of comparing every pair.
-fn key_owners<'a>(placed: &[&'a Expect]) -> Vec<&'a Expect> {
+fn key_owners(expects: &[Expect], placed: &[usize]) -> Vec<usize> {
     type Rank = (bool, u64, String);
     let lowest = |key: fn(&Expect) -> &str| {
-        let mut lowest: BTreeMap<&str, &Rank> = BTreeMap::new();
-        for e in placed {
+        let mut lowest: FxHashMap<&str, &Rank> = FxHashMap::default();
+        for e in placed.iter().map(|&i| &expects[i]) {
             let slot = lowest.entry(key(e)).or_insert(&e.rank);
             if e.rank < **slot {
                 *slot = &e.rank;
@@ -1433,11 +1452,8 @@ fn key_owners<'a>(placed: &[&'a Expect]) -> Vec<&'a Expect> {
         lowest
     };
     let (by_label, by_entry) = (lowest(|e| &e.label_key), lowest(|e| &e.cm_key));
-    placed
-        .iter()
-        .filter(|e| by_label[e.label_key.as_str()] == &e.rank && by_entry[e.cm_key.as_str()] == &e.rank)
-        .copied()
-        .collect()
+    let owns = |e: &Expect| by_label[e.label_key.as_str()] == &e.rank && by_entry[e.cm_key.as_str()] == &e.rank;
+    placed.iter().copied().filter(|&i| owns(&expects[i])).collect()
 }
 
 #[cfg(test)]

@@ -105,3 +105,36 @@ fn a_link_an_earlier_process_left_is_counted_not_held_against_this_one() {
     assert!(leftovers(&w).is_empty(), "{:?}", leftovers(&w));
     assert_eq!(w.orphan_links(), 1, "b/qwen: no live model's path");
 }
+
+/// Two nodes, three `vendor://` models, settled: then one node's labels and entries are tampered
+/// with. The convergence check must name each problem, on that node only, labels in key order.
+#[test]
+fn the_convergence_check_names_wrong_missing_and_stale_labels_and_entries() {
+    let mut w = World::new(2, AgentKind::Core, 1);
+    for name in ["a", "b", "c"] {
+        w.create(ModelKey::cluster(name), ModelSpec::simple("vendor://nvidia/nim/x", None), true);
+    }
+    w.start(0);
+    w.start(1);
+    w.run_for(60_000);
+    w.check_converged();
+    assert!(w.violations.is_empty(), "{:#?}", w.violations);
+    let label = |name: &str| wire::label_key(&ModelKey::cluster(name));
+    w.api.labels[1].insert(label("c"), "Failed".into());
+    w.api.labels[1].remove(&label("a"));
+    w.api.labels[1].insert("models.ome.io/clusterbasemodel.gone".into(), "Ready".into());
+    w.api.entries[1].remove(&wire::configmap_key(&ModelKey::cluster("b")));
+    w.check_converged();
+    let found: Vec<&str> = w.violations.iter().map(|v| v.split_once(' ').expect("t=").1).collect();
+    assert_eq!(
+        found,
+        [
+            "node 1: liveness: entry clusterbasemodel.b is None, expected Ready of uid-b-2",
+            "node 1: liveness: label models.ome.io/clusterbasemodel.a is None, expected Ready",
+            "node 1: liveness: label models.ome.io/clusterbasemodel.c is Some(\"Failed\"), expected Ready",
+            "node 1: liveness: stale label models.ome.io/clusterbasemodel.gone",
+        ],
+        "{:#?}",
+        w.violations
+    );
+}

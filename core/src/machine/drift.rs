@@ -78,7 +78,8 @@ impl State {
             labels: snap
                 .labels
                 .iter()
-                .filter(|(l, v)| wire::is_model_status_label(l, v) && !claimed.labels.contains(l.as_str()))
+                // Claimed first: nearly every label is, and its shape need not be parsed.
+                .filter(|(l, v)| !claimed.labels.contains(l.as_str()) && wire::is_model_status_label(l, v))
                 .map(|(l, _)| l)
                 .cloned()
                 .collect(),
@@ -86,9 +87,8 @@ impl State {
                 .entries
                 .iter()
                 .filter(|(k, e)| {
-                    wire::is_model_entry_key(k)
-                        && (!claimed.entries.contains(k.as_str())
-                            || e.uid.as_ref().is_some_and(|u| !claimed.uids.contains(u)))
+                    (!claimed.entries.contains(k.as_str()) || e.uid.as_ref().is_some_and(|u| !claimed.uids.contains(u)))
+                        && wire::is_model_entry_key(k)
                 })
                 .map(|(k, e)| (k.clone(), e.uid.clone()))
                 .collect(),
