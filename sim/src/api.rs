@@ -18,7 +18,10 @@ pub struct ApiObject {
     /// `created_rv` zero-padded, so that text order is creation order, as with RFC 3339
     /// timestamps (made once: every list would otherwise format it again).
     pub created: Arc<str>,
-    pub rv: u64,
+    /// Changed only with `set_rv`, which keeps `rv_text` in step.
+    rv: u64,
+    /// `rv` as text, made when it changes (every list would otherwise format it again).
+    rv_text: Arc<str>,
     pub spec: Arc<ModelSpec>,
     pub deleting: bool,
     /// The controller's finalizer (OME's `*.ome.io/finalizer`).
@@ -26,11 +29,16 @@ pub struct ApiObject {
 }
 
 impl ApiObject {
+    fn set_rv(&mut self, rv: u64) {
+        self.rv = rv;
+        self.rv_text = Arc::from(rv.to_string().as_str());
+    }
+
     pub fn to_model(&self) -> ModelObject {
         ModelObject {
             key: self.key.clone(),
             uid: self.uid.clone(),
-            resource_version: Arc::from(self.rv.to_string().as_str()),
+            resource_version: self.rv_text.clone(),
             created: self.created.clone(),
             deleting: self.deleting,
             spec: Ok(self.spec.clone()),
@@ -123,6 +131,7 @@ impl Api {
             created_rv: self.rv,
             created: Arc::from(format!("{:020}", self.rv).as_str()),
             rv: self.rv,
+            rv_text: Arc::from(self.rv.to_string().as_str()),
             spec,
             deleting: false,
             finalizer,
@@ -142,7 +151,7 @@ impl Api {
         self.rv += 1;
         if obj.finalizer {
             obj.deleting = true;
-            obj.rv = self.rv;
+            obj.set_rv(self.rv);
             let mut out = vec![Change::Applied(obj.to_model())];
             out.extend(self.controller_check(key));
             out
@@ -155,7 +164,7 @@ impl Api {
         let mut obj = self.objects.remove(key)?;
         self.by_uid.remove(&obj.uid);
         self.rv += 1;
-        obj.rv = self.rv;
+        obj.set_rv(self.rv);
         let model = obj.to_model();
         self.graveyard.push(Tomb { obj, deleted_rv: self.rv });
         Some(Change::Deleted(model))
@@ -176,7 +185,7 @@ impl Api {
     pub fn spec_update(&mut self, key: &ModelKey, spec: Arc<ModelSpec>) -> Option<Change> {
         let obj = self.objects.get_mut(key)?;
         self.rv += 1;
-        obj.rv = self.rv;
+        obj.set_rv(self.rv);
         obj.spec = spec;
         Some(Change::Applied(obj.to_model()))
     }
