@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize, Serializer};
 use sha2::{Digest, Sha256};
-use std::borrow::Cow;
+use std::borrow::{Borrow, Cow};
 use std::collections::BTreeMap;
 
 use crate::model::{Kind, ModelKey};
@@ -421,7 +421,13 @@ impl<V> EntryWrite<V> {
 
 /// An `EntryWrite::Put`: the value is set whoever owned the key (the ownership rule binds
 /// withdrawals only); returns whether anything changed. Copies the key only for a new entry.
-pub fn put_entry<V: EntryValue>(data: &mut BTreeMap<String, V>, cm_key: &str, value: &V) -> bool {
+/// `new_key` makes the map's key for a new entry (the simulator shares one copy across nodes).
+pub fn put_entry<K: Ord + Borrow<str>, V: EntryValue>(
+    data: &mut BTreeMap<K, V>,
+    cm_key: &str,
+    value: &V,
+    new_key: impl FnOnce(&str) -> K,
+) -> bool {
     match data.get_mut(cm_key) {
         Some(held) if held == value => false,
         Some(held) => {
@@ -429,7 +435,7 @@ pub fn put_entry<V: EntryValue>(data: &mut BTreeMap<String, V>, cm_key: &str, va
             true
         }
         None => {
-            data.insert(cm_key.to_string(), value.clone());
+            data.insert(new_key(cm_key), value.clone());
             true
         }
     }
@@ -437,20 +443,20 @@ pub fn put_entry<V: EntryValue>(data: &mut BTreeMap<String, V>, cm_key: &str, va
 
 /// Apply `writes`, in order, to a ConfigMap's data; returns whether anything changed and the
 /// entries removed with their owners (for logs and the simulator's checks).
-pub fn apply_entry_writes<V: EntryValue>(
-    data: &mut BTreeMap<String, V>,
+pub fn apply_entry_writes<K: Ord + Borrow<str> + for<'a> From<&'a str>, V: EntryValue>(
+    data: &mut BTreeMap<K, V>,
     writes: &[EntryWrite<V>],
 ) -> (bool, Vec<(String, EntryOwner)>) {
     let mut changed = false;
     let mut removed = Vec::new();
     for w in writes {
         if let EntryWrite::Put { cm_key, value } = w {
-            changed |= put_entry(data, cm_key, value);
+            changed |= put_entry(data, cm_key, value, |k| K::from(k));
             continue;
         }
-        let Some(owner) = data.get(w.cm_key()).map(EntryValue::owner) else { continue };
+        let Some(owner) = data.get(w.cm_key().as_str()).map(EntryValue::owner) else { continue };
         if w.removes(&owner) {
-            data.remove(w.cm_key());
+            data.remove(w.cm_key().as_str());
             removed.push((w.cm_key().clone(), owner));
             changed = true;
         }

@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use rustc_hash::FxHashSet;
+
 use model_agent_core::machine::DriftSnapshot;
 use model_agent_core::placement::NodeView;
 use model_agent_core::wire::{self, ModelStatus};
@@ -57,13 +59,14 @@ pub struct Tomb {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredEntry {
     pub status: ModelStatus,
-    pub uid: Option<String>,
+    /// Shared with every node's entry of that uid (`Api::strings`).
+    pub uid: Option<Arc<str>>,
 }
 
 /// The simulated ConfigMap is changed by the same rule as the shell's (`wire::apply_entry_writes`).
 impl wire::EntryValue for StoredEntry {
     fn owner(&self) -> wire::EntryOwner {
-        self.uid.clone().map_or(wire::EntryOwner::Anonymous, wire::EntryOwner::Uid)
+        self.uid.as_deref().map_or(wire::EntryOwner::Anonymous, |u| wire::EntryOwner::Uid(u.to_string()))
     }
 }
 
@@ -75,10 +78,12 @@ pub struct Api {
     /// uid → name of every live object (the checks look objects up by uid on every destructive
     /// effect).
     by_uid: BTreeMap<Uid, ModelKey>,
-    /// Per node: its `models.ome.io/` labels.
-    pub labels: Vec<BTreeMap<String, String>>,
-    /// Per node: its ConfigMap's entries.
-    pub entries: Vec<BTreeMap<String, StoredEntry>>,
+    /// Per node: its `models.ome.io/` labels. Keys and values are shared by every node (one
+    /// string per text, `strings`): a lookup compares strings that stay in the cache.
+    pub labels: Vec<BTreeMap<Arc<str>, Arc<str>>>,
+    pub strings: Interner,
+    /// Per node: its ConfigMap's entries (keys shared like the labels').
+    pub entries: Vec<BTreeMap<Arc<str>, StoredEntry>>,
     /// Per node: the Node object's own labels (for eligibility).
     pub node_labels: Vec<BTreeMap<String, String>>,
     /// Per node: until when all its labels are wiped (node-feature-discovery #1802): the Node
@@ -91,6 +96,33 @@ pub struct Api {
     /// GETs and LISTs fail (the watch still works).
     pub reads_fail: bool,
     uid_next: u64,
+}
+
+/// One shared copy of each text the fleet's maps hold many times over (label keys, uids).
+#[derive(Debug, Default)]
+pub struct Interner(FxHashSet<Arc<str>>);
+
+impl Interner {
+    pub fn get(&mut self, text: &str) -> Arc<str> {
+        if let Some(shared) = self.0.get(text) {
+            return shared.clone();
+        }
+        let shared: Arc<str> = Arc::from(text);
+        self.0.insert(shared.clone());
+        shared
+    }
+}
+
+/// `map[key] = value`, taking the key's and the value's shared copies only when the key is new
+/// or the value changed (a publish mostly rewrites what is there).
+pub fn set_shared(map: &mut BTreeMap<Arc<str>, Arc<str>>, strings: &mut Interner, key: &str, value: &str) {
+    match map.get_mut(key) {
+        Some(held) if &**held == value => {}
+        Some(held) => *held = strings.get(value),
+        None => {
+            map.insert(strings.get(key), strings.get(value));
+        }
+    }
 }
 
 /// A change the watch streams must carry.
@@ -178,7 +210,8 @@ impl Api {
             return None;
         }
         let cm_key = wire::configmap_key(key);
-        let waiting = self.entries.iter().any(|e| e.get(&cm_key).is_some_and(|s| s.status != ModelStatus::Deleted));
+        let waiting =
+            self.entries.iter().any(|e| e.get(cm_key.as_str()).is_some_and(|s| s.status != ModelStatus::Deleted));
         if waiting { None } else { self.remove(key) }
     }
 
@@ -259,10 +292,10 @@ impl Api {
     pub fn snapshot(&self, node: usize) -> DriftSnapshot {
         use model_agent_core::machine::EntryView;
         DriftSnapshot {
-            labels: self.labels[node].clone(),
+            labels: self.labels[node].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             entries: self.entries[node]
                 .iter()
-                .map(|(k, e)| (k.clone(), EntryView { status: Some(e.status), uid: e.uid.as_deref().map(Uid::new) }))
+                .map(|(k, e)| (k.to_string(), EntryView { status: Some(e.status), uid: e.uid.clone().map(Uid) }))
                 .collect(),
             owned_dirs: vec![],
             trash: vec![],

@@ -419,7 +419,8 @@ fn selecting(uri: &str, path: Option<&str>, pool: &str) -> ModelSpec {
 
 /// How many (node, key) pairs have a `Ready` label.
 fn ready_labels(w: &World, keys: &[ModelKey]) -> usize {
-    let ready = |n: usize, k: &ModelKey| w.api.labels[n].get(&wire::label_key(k)).is_some_and(|v| v == "Ready");
+    let ready =
+        |n: usize, k: &ModelKey| w.api.labels[n].get(wire::label_key(k).as_str()).is_some_and(|v| &**v == "Ready");
     (0..w.nodes.len()).map(|n| keys.iter().filter(|k| ready(n, k)).count()).sum()
 }
 
@@ -476,7 +477,8 @@ fn stale_read(w: &mut World, opts: &Options, extra: &mut Extra) {
     w.run_for(1_000);
     b.iter().enumerate().for_each(|(i, k)| w.update(k, b_spec(i, "b")));
     w.run_for(MINUTE);
-    let left = (0..opts.nodes).map(|n| b.iter().filter(|k| w.api.labels[n].contains_key(&wire::label_key(k))).count());
+    let left =
+        (0..opts.nodes).map(|n| b.iter().filter(|k| w.api.labels[n].contains_key(wire::label_key(k).as_str())).count());
     extra.insert("phase_b_labels_left".into(), left.sum::<usize>().into());
     heal_and_settle(w, 10);
 }
@@ -556,12 +558,12 @@ fn label_collision(w: &mut World, opts: &Options, extra: &mut Extra) {
     let cbm_uid = w.api.objects.get(&cbm).map(|o| o.uid.as_str().to_string()).unwrap_or_default();
     let cm_key = wire::configmap_key(&cbm);
     let owned = (0..opts.nodes)
-        .filter(|n| w.api.entries[*n].get(&cm_key).is_some_and(|e| e.uid.as_deref() == Some(cbm_uid.as_str())))
+        .filter(|n| w.api.entries[*n].get(cm_key.as_str()).is_some_and(|e| e.uid.as_deref() == Some(cbm_uid.as_str())))
         .count();
     extra.insert("cbm_entries".into(), owned.into());
     w.delete(&bm);
     w.run_for(30_000);
-    let missing = (0..opts.nodes).filter(|n| !w.api.labels[*n].contains_key(&shared_label)).count();
+    let missing = (0..opts.nodes).filter(|n| !w.api.labels[*n].contains_key(shared_label.as_str())).count();
     extra.insert("shared_label_missing".into(), missing.into());
     if opts.agent == AgentKind::Core && (missing > 0 || owned < opts.nodes) {
         w.violation(format!("shared key: {missing} nodes lost the label, {owned} of {} show the owner", opts.nodes));

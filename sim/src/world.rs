@@ -19,7 +19,7 @@ use model_agent_core::wire::{self, EntryWrite, ModelStatus};
 use model_agent_core::{Instant, Kind, ModelKey, ModelSpec, State, Uid};
 use serde::Serialize;
 
-use crate::api::{Api, Change, StoredEntry};
+use crate::api::{Api, Change, StoredEntry, set_shared};
 use crate::history::{HISTORY_PRINTED, History, Step};
 use crate::oracle;
 use crate::upstream::Upstream;
@@ -263,9 +263,9 @@ pub struct World {
     pub violation_count: u64,
     /// Per node, the uids that were ever published there: what a real delete must clean up.
     /// (Per node rather than one map of pairs: 10^6 pairs make every lookup a long walk.)
-    pub published_ever: Vec<BTreeSet<String>>,
+    pub published_ever: Vec<BTreeSet<Arc<str>>>,
     /// Per node, which uid last wrote each label (labels carry no uid of their own).
-    pub label_writer: Vec<BTreeMap<String, String>>,
+    pub label_writer: Vec<BTreeMap<Arc<str>, Arc<str>>>,
     /// Per mille of live reads that never answer (the core's deadline must catch them).
     pub read_timeout_permille: u64,
     pub marks: Option<Vec<Mark>>,
@@ -663,13 +663,14 @@ impl World {
             self.violation_on(node, Some(key), format!("{key} uid {uid} overwrote the entry of live uid {other}"));
         }
         if let Some(status) = label {
-            set_text(&mut self.api.labels[node], label_key, status.as_str());
-            set_text(&mut self.label_writer[node], label_key, uid.as_str());
+            set_shared(&mut self.api.labels[node], &mut self.api.strings, label_key, status.as_str());
+            set_shared(&mut self.label_writer[node], &mut self.api.strings, label_key, uid.as_str());
         }
-        let value = StoredEntry { status: entry.status, uid: entry.uid.clone() };
-        wire::put_entry(&mut self.api.entries[node], cm_key, &value);
+        let api = &mut self.api;
+        let value = StoredEntry { status: entry.status, uid: entry.uid.as_deref().map(|u| api.strings.get(u)) };
+        wire::put_entry(&mut api.entries[node], cm_key, &value, |k| api.strings.get(k));
         if !self.published_ever[node].contains(uid.as_str()) {
-            self.published_ever[node].insert(uid.as_str().to_string());
+            self.published_ever[node].insert(self.api.strings.get(uid.as_str()));
         }
         Some(Input::EffectDone { id, outcome: model_agent_core::machine::Outcome::Done })
     }
@@ -1278,7 +1279,7 @@ impl World {
             let failed = (e.downloads && (!n.root_writable || taken)) || local_missing;
             let status = if failed { ModelStatus::Failed } else { ModelStatus::Ready };
             expected_labels.insert(&e.label_key, (status.as_str(), &e.key));
-            match self.api.entries[node].get(&e.cm_key) {
+            match self.api.entries[node].get(e.cm_key.as_str()) {
                 Some(s) if s.status == status && s.uid.as_deref().is_none_or(|u| u == e.uid) => {}
                 other => problems.push((
                     node,
@@ -1300,7 +1301,7 @@ impl World {
         let labels = &self.api.labels[node];
         let mut wrong: Vec<(&str, &str, &ModelKey)> = expected_labels
             .iter()
-            .filter(|(k, (v, _))| labels.get(**k).map(String::as_str) != Some(*v))
+            .filter(|(k, (v, _))| labels.get(**k).map(|held| &**held) != Some(*v))
             .map(|(k, (v, key))| (*k, *v, *key))
             .collect();
         // In label order, as a sorted map would give them.
@@ -1309,7 +1310,7 @@ impl World {
             let text = format!("label {k} is {:?}, expected {v}", labels.get(k));
             problems.push((node, Some(key.clone()), text));
         }
-        for k in labels.keys().filter(|k| !expected_labels.contains_key(k.as_str())) {
+        for k in labels.keys().filter(|k| !expected_labels.contains_key(&***k)) {
             let key = self.label_writer[node].get(k).and_then(|uid| self.api.key_of(uid));
             problems.push((node, key, format!("stale label {k}")));
         }
@@ -1393,12 +1394,12 @@ impl World {
         let mut expected = 0;
         let mut done = 0;
         let published = self.published_ever.iter().enumerate();
-        for (node, uid) in published.flat_map(|(node, uids)| uids.iter().map(move |uid| (node, uid))) {
-            if live.contains(uid.as_str()) {
+        for (node, uid) in published.flat_map(|(node, uids)| uids.iter().map(move |uid| (node, &**uid))) {
+            if live.contains(uid) {
                 continue;
             }
             expected += 1;
-            let entry_left = self.api.entries[node].values().any(|e| e.uid.as_deref() == Some(uid.as_str()));
+            let entry_left = self.api.entries[node].values().any(|e| e.uid.as_deref() == Some(uid));
             // A directory another live uid shares is theirs now, and a copy is kept by its users
             // (`node_links` checks those); a link is the model's own (one an earlier process
             // left is `orphan_links`).
@@ -1467,18 +1468,6 @@ fn resolved(id: model_agent_core::EffectId, storage_uri: &str) -> Input {
 }
 
 /// Is `path` (beneath the root) a shared copy?
-/// `map[key] = value`, copying the key only when it is new and the value only when it changed
-/// (a publish mostly rewrites what is there).
-fn set_text(map: &mut BTreeMap<String, String>, key: &str, value: &str) {
-    match map.get_mut(key) {
-        Some(held) if held == value => {}
-        Some(held) => value.clone_into(held),
-        None => {
-            map.insert(key.to_string(), value.to_string());
-        }
-    }
-}
-
 /// A relist's events: its start, one item per object, its end.
 fn push_list(events: &mut Vec<WatchEvent>, objects: Vec<model_agent_core::ModelObject>) {
     events.push(WatchEvent::RelistStarted);

@@ -120,10 +120,10 @@ fn the_convergence_check_names_wrong_missing_and_stale_labels_and_entries() {
     w.check_converged();
     assert!(w.violations.is_empty(), "{:#?}", w.violations);
     let label = |name: &str| wire::label_key(&ModelKey::cluster(name));
-    w.api.labels[1].insert(label("c"), "Failed".into());
-    w.api.labels[1].remove(&label("a"));
+    w.api.labels[1].insert(label("c").into(), "Failed".into());
+    w.api.labels[1].remove(label("a").as_str());
     w.api.labels[1].insert("models.ome.io/clusterbasemodel.gone".into(), "Ready".into());
-    w.api.entries[1].remove(&wire::configmap_key(&ModelKey::cluster("b")));
+    w.api.entries[1].remove(wire::configmap_key(&ModelKey::cluster("b")).as_str());
     w.check_converged();
     let found: Vec<&str> = w.violations.iter().map(|v| v.split_once(' ').expect("t=").1).collect();
     assert_eq!(
