@@ -292,10 +292,10 @@ impl Api {
     pub fn snapshot(&self, node: usize) -> DriftSnapshot {
         use model_agent_core::machine::EntryView;
         DriftSnapshot {
-            labels: self.labels[node].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            labels: self.labels[node].iter().map(|(k, v)| (String::from(&**k), String::from(&**v))).collect(),
             entries: self.entries[node]
                 .iter()
-                .map(|(k, e)| (k.to_string(), EntryView { status: Some(e.status), uid: e.uid.clone().map(Uid) }))
+                .map(|(k, e)| (String::from(&**k), EntryView { status: Some(e.status), uid: e.uid.clone().map(Uid) }))
                 .collect(),
             owned_dirs: vec![],
             trash: vec![],
