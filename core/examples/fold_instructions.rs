@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use model_agent_core::machine::{Input, Output, WatchEvent};
+use model_agent_core::machine::{Input, Output};
 use sha2::{Digest, Sha256};
 
 #[path = "../benches/common/fold_stream.rs"]
@@ -25,7 +25,7 @@ struct Tally(BTreeMap<&'static str, u64>);
 
 impl Observe for Tally {
     fn input(&mut self, input: &Input) {
-        *self.0.entry(tag(input)).or_insert(0) += 1;
+        *self.0.entry(input.kind_name()).or_insert(0) += 1;
     }
 }
 
@@ -39,22 +39,6 @@ impl Observe for Digester {
     }
     fn output(&mut self, output: &Output) {
         self.0.update(serde_json::to_vec(output).expect("outputs serialise"));
-    }
-}
-
-fn tag(i: &Input) -> &'static str {
-    match i {
-        Input::Watch { event: WatchEvent::Applied(_), .. } => "applied",
-        Input::Watch { event: WatchEvent::Deleted(_), .. } => "deleted",
-        Input::Watch { event: WatchEvent::RelistItem(_), .. } => "relist_item",
-        Input::Watch { .. } => "watch_other",
-        Input::Tick => "tick",
-        Input::LiveRead { .. } => "live_read",
-        Input::LiveList { .. } => "live_list",
-        Input::EffectDone { .. } => "effect_done",
-        Input::RootProbed { .. } => "root_probed",
-        Input::DriftObserved { .. } => "drift",
-        _ => "other",
     }
 }
 

@@ -469,14 +469,14 @@ impl World {
         let audit = self.audit_every_step;
         // Kept for the history and the recorder only (a benchmark run has neither).
         let kept = (audit || self.nodes[node].recorder.is_some()).then(|| input.clone());
-        let timed = self.profile.is_some().then(|| (crate::profile::input_kind(&input), std::time::Instant::now()));
+        let timed = self.profile.is_some().then(|| (input.kind_name(), std::time::Instant::now()));
         let (output, state) = match &mut self.nodes[node].agent {
             Agent::Core(state) => (state.handle(now, input), audit.then(|| (**state).clone())),
             Agent::Upstream(up) => (Output { effects: up.handle(now, input), notes: Vec::new() }, None),
             Agent::Stopped => return,
         };
         if let (Some(profile), Some((kind, started))) = (&mut self.profile, timed) {
-            profile.add(kind, started);
+            profile.add(crate::profile::Side::Handle, kind, started);
         }
         if let (Some(rec), Some(kept)) = (&mut self.nodes[node].recorder, &kept) {
             rec.record(now, kept, &output);
@@ -552,7 +552,7 @@ impl World {
         };
         let input = self.execute(node, effect);
         if let Some(profile) = &mut self.profile {
-            profile.add(crate::profile::op_kind(&effect.op), started);
+            profile.add(crate::profile::Side::Execute, effect.op.kind_name(), started);
         }
         input
     }
@@ -667,8 +667,13 @@ impl World {
             set_shared(&mut self.label_writer[node], &mut self.api.strings, label_key, uid.as_str());
         }
         let api = &mut self.api;
-        let value = StoredEntry { status: entry.status, uid: entry.uid.as_deref().map(|u| api.strings.get(u)) };
-        wire::put_entry(&mut api.entries[node], cm_key, &value, |k| api.strings.get(k));
+        let held = api.entries[node].get(cm_key);
+        // Most publishes rewrite what is there: the uid is looked up among the shared strings
+        // only for a write that changes something.
+        if held.is_none_or(|h| h.status != entry.status || h.uid.as_deref() != entry.uid.as_deref()) {
+            let value = StoredEntry { status: entry.status, uid: entry.uid.as_deref().map(|u| api.strings.get(u)) };
+            wire::put_entry(&mut api.entries[node], cm_key, &value, |k| api.strings.get(k));
+        }
         if !self.published_ever[node].contains(uid.as_str()) {
             self.published_ever[node].insert(self.api.strings.get(uid.as_str()));
         }

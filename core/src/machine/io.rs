@@ -421,7 +421,56 @@ pub enum Op {
     Snapshot,
 }
 
+impl Input {
+    /// The kind of input, for tallies and profiles (`watch-applied`, `effect-done`, ...).
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Input::Watch { event, .. } => match event {
+                WatchEvent::Applied(_) => "watch-applied",
+                WatchEvent::Deleted(_) => "watch-deleted",
+                WatchEvent::RelistStarted => "relist-started",
+                WatchEvent::RelistItem(_) => "relist-item",
+                WatchEvent::RelistDone => "relist-done",
+            },
+            Input::NodeObserved(_) => "node-observed",
+            Input::LiveRead { .. } => "live-read",
+            Input::LiveList { .. } => "live-list",
+            Input::NodeRead { .. } => "node-read",
+            Input::EffectDone { .. } => "effect-done",
+            Input::RootProbed { .. } => "root-probed",
+            Input::DriftObserved { .. } => "drift-observed",
+            Input::DownloadProgress { .. } => "download-progress",
+            Input::Tick => "tick",
+            Input::Shutdown => "shutdown",
+        }
+    }
+}
+
 impl Op {
+    /// The kind of effect, for tallies and profiles (`publish`, `live-get`, ...).
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Op::LiveGet { .. } => "live-get",
+            Op::LiveList { .. } => "live-list",
+            Op::LiveGetNode => "live-get-node",
+            Op::Publish { .. } => "publish",
+            Op::Unpublish { .. } => "unpublish",
+            Op::VerifyLocal { .. } => "verify-local",
+            Op::Download { .. } => "download",
+            Op::Resolve { .. } => "resolve",
+            Op::Link { .. } => "link",
+            Op::Unlink { .. } => "unlink",
+            Op::FillSpec { .. } => "fill-spec",
+            Op::CancelDownload { .. } => "cancel-download",
+            Op::TrashDir { .. } => "trash-dir",
+            Op::PurgeTrash { .. } => "purge-trash",
+            Op::RemoveOrphanLabel { .. } => "remove-orphan-label",
+            Op::RemoveOrphanEntry { .. } => "remove-orphan-entry",
+            Op::ProbeRoot => "probe-root",
+            Op::Snapshot => "snapshot",
+        }
+    }
+
     /// Effects that remove something; none is emitted after shutdown begins.
     pub fn is_destructive(&self) -> bool {
         matches!(
