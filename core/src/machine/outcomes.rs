@@ -4,6 +4,14 @@ use super::*;
 
 impl State {
     pub(super) fn on_effect_done(&mut self, st: &mut Step, id: EffectId, outcome: Outcome) {
+        // Reads, probes and snapshots answer with their own inputs (an `EffectDone` for one is
+        // a shell bug): their owners stay where they are.
+        let answers_itself = |o: &Owner| {
+            matches!(o, Owner::Get { .. } | Owner::List { .. } | Owner::NodeGet { .. } | Owner::Snapshot { .. })
+        };
+        if self.inflight.get(&id).is_none_or(answers_itself) {
+            return;
+        }
         // Taken, not cloned: a fetch's owner holds its whole plan.
         let Some(owner) = self.inflight.remove(&id) else { return };
         match owner {
@@ -29,14 +37,8 @@ impl State {
                     }
                 }
             }
-            // Reads, probes and snapshots answer with their own inputs (an `EffectDone` for one
-            // is a shell bug): their owners stay.
-            answers_itself @ (Owner::Get { .. }
-            | Owner::List { .. }
-            | Owner::NodeGet { .. }
-            | Owner::Snapshot { .. }) => {
-                self.inflight.insert(id, answers_itself);
-            }
+            // Left in place above.
+            Owner::Get { .. } | Owner::List { .. } | Owner::NodeGet { .. } | Owner::Snapshot { .. } => {}
         }
     }
 
