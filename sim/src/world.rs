@@ -1253,8 +1253,7 @@ impl World {
             key: o.key.clone(),
             label_key: wire::label_key(&o.key),
             cm_key: wire::configmap_key(&o.key),
-            uid: o.uid.as_str().to_string(),
-            uid_key: o.uid.clone(),
+            uid: o.uid.clone(),
             downloads: oracle::downloads(&o.spec.storage_uri),
             reuses: oracle::reuses(&o.spec),
             local_path: oracle::local_path(&o.spec),
@@ -1279,13 +1278,13 @@ impl World {
         for e in owners.iter().map(|&i| &expects[i]) {
             let local_missing = e.local_path.as_ref().is_some_and(|p| n.missing_local.contains(p));
             // Two models may name one directory: the one whose marker it holds is Ready.
-            let taken = e.dir.as_ref().and_then(|p| n.dirs.get(p)).is_some_and(|marker| !marker.contains(&e.uid_key))
-                && !e.reuses;
+            let taken =
+                e.dir.as_ref().and_then(|p| n.dirs.get(p)).is_some_and(|marker| !marker.contains(&e.uid)) && !e.reuses;
             let failed = (e.downloads && (!n.root_writable || taken)) || local_missing;
             let status = if failed { ModelStatus::Failed } else { ModelStatus::Ready };
             expected_labels.insert(&e.label_key, (status.as_str(), &e.key));
             match self.api.entries[node].get(e.cm_key.as_str()) {
-                Some(s) if s.status == status && s.uid.as_deref().is_none_or(|u| u == e.uid) => {}
+                Some(s) if s.status == status && s.uid.as_deref().is_none_or(|u| u == e.uid.as_str()) => {}
                 other => problems.push((
                     node,
                     Some(e.key.clone()),
@@ -1297,7 +1296,7 @@ impl World {
             {
                 // Its path links to the node's copy, or (something else was there) holds its own.
                 let linked = n.links.get(dir).is_some_and(|l| l.copy == *copy);
-                let own = n.dirs.get(dir).is_some_and(|marker| marker.contains(&e.uid_key));
+                let own = n.dirs.get(dir).is_some_and(|marker| marker.contains(&e.uid));
                 if !linked && !own {
                     problems.push((node, Some(e.key.clone()), format!("{dir} does not link to the copy {copy}")));
                 }
@@ -1426,8 +1425,7 @@ struct Expect {
     key: ModelKey,
     label_key: String,
     cm_key: String,
-    uid: String,
-    uid_key: Uid,
+    uid: Uid,
     downloads: bool,
     /// `ReuseIfExists` on `hf://`: a symlink to the node's copy, never Failed for a marker.
     reuses: bool,
