@@ -271,7 +271,7 @@ pub(super) fn drive(
         if !running && (inc.inflight.is_some() || inc.blocked_until.is_some_and(|t| t > env.now)) {
             continue;
         }
-        if !running && holds_quietly(env, key, inc, is_current) {
+        if !running && holds_quietly(env, inc, is_current) {
             if is_current {
                 held_by = None;
             }
@@ -421,7 +421,7 @@ fn waits_quietly(slot: &Slot, synced: bool, node: Option<&NodeView>, models_root
     // `member_of` is none without a download, a directory owned or a spec that downloads.
     let uses_no_dir = |inc: &Incarnation| {
         (inc.owned_dir.is_none() && !inc.obj.spec().is_some_and(|s| s.uri.as_ref().is_ok_and(|u| u.downloads())))
-            || shared::member_of(&inc.obj.key, inc, models_root, (node, false)).is_none()
+            || shared::member_draft(inc, models_root, (node, false)).is_none()
     };
     let waits = |inc: &Incarnation| {
         inc.share.is_none()
@@ -435,10 +435,9 @@ fn waits_quietly(slot: &Slot, synced: bool, node: Option<&NodeView>, models_root
 /// Nothing to decide for an incarnation that waits (for a live read, or for every kind's list:
 /// `want` holds) and uses no directory (`share_step` has nothing to read): the common case,
 /// decided without building its context.
-fn holds_quietly(env: &Env, key: &ModelKey, inc: &Incarnation, is_current: bool) -> bool {
+fn holds_quietly(env: &Env, inc: &Incarnation, is_current: bool) -> bool {
     let held = is_current && env.contest.is_some_and(|c| c.held_by.is_some());
-    (!env.synced || inc.is_pending())
-        && shared::member_of(key, inc, &env.config.models_root, (env.node, held)).is_none()
+    (!env.synced || inc.is_pending()) && shared::member_draft(inc, &env.config.models_root, (env.node, held)).is_none()
 }
 
 /// What the rest of the state contributes to one incarnation's decision.

@@ -10,6 +10,7 @@
 //!   trashed by a member at all: once no member is left, an early snapshot finds it unclaimed and
 //!   the orphan sweep trashes it after fresh LISTs of both kinds show no model that may use it.
 
+use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
 
 use super::*;
@@ -121,6 +122,25 @@ pub fn planned(
     dest: &DestPath,
     models_root: &str,
 ) -> Result<Plan, String> {
+    Ok(match choose_plan(inc, spec, dest, models_root)? {
+        Choice::Own => Plan::Download { storage_uri: spec.storage_uri.clone(), dest: dest.clone() },
+        Choice::Other(plan) => plan,
+    })
+}
+
+/// `planned`, with the common answer (its own download) made by no one: `member_draft` only
+/// borrows it.
+enum Choice {
+    Own,
+    Other(Plan),
+}
+
+fn choose_plan(
+    inc: &Incarnation,
+    spec: &crate::model::ModelSpec,
+    dest: &DestPath,
+    models_root: &str,
+) -> Result<Choice, String> {
     let rel = dest.beneath_root.as_deref().unwrap_or_default();
     if in_artifacts(rel) {
         return Err(format!(
@@ -128,20 +148,20 @@ pub fn planned(
             dest.absolute
         ));
     }
-    let own = Plan::Download { storage_uri: spec.storage_uri.clone(), dest: dest.clone() };
     let refused = inc.share.as_ref().and_then(|s| s.refused_at.as_deref()) == Some(rel);
     let (Ok(StorageUri::HuggingFace { org, repo, revision }), DownloadPolicy::ReuseIfExists, false) =
         (&spec.uri, spec.download_policy, refused)
     else {
-        return Ok(own);
+        return Ok(Choice::Own);
     };
     let commit = match inc.resolved_for(&spec.storage_uri) {
         Some(commit) => commit,
         None if is_commit(revision) => revision.as_str(),
-        None => return Ok(Plan::Resolve { storage_uri: spec.storage_uri.clone() }),
+        None => return Ok(Choice::Other(Plan::Resolve { storage_uri: spec.storage_uri.clone() })),
     };
     let copy = copy_dest(models_root, org, repo, commit)?;
-    Ok(Plan::Shared { storage_uri: format!("hf://{org}/{repo}@{commit}"), copy, link: dest.clone() })
+    let storage_uri = format!("hf://{org}/{repo}@{commit}");
+    Ok(Choice::Other(Plan::Shared { storage_uri, copy, link: dest.clone() }))
 }
 
 /// The directory an incarnation uses now and what it is to it: the one its plan fetches into,
@@ -154,40 +174,95 @@ pub fn member_of(
     key: &ModelKey,
     inc: &Incarnation,
     models_root: &str,
-    (node, held): (Option<&NodeView>, bool),
+    placement: (Option<&NodeView>, bool),
 ) -> Option<(Arc<str>, Member)> {
+    member_draft(inc, models_root, placement).map(|draft| draft.made(key, inc.uid(), models_root))
+}
+
+/// `member_of` borrowed from the incarnation wherever it can be, so that it is compared with
+/// what is registered before anything is made (most settles change nothing).
+pub struct MemberDraft<'a> {
+    dir: Cow<'a, str>,
+    source: Option<Cow<'a, str>>,
+    alive: bool,
+    downloading: bool,
+    trashing: bool,
+    /// Its symlink to `dir`, beneath the root.
+    link_at: Option<&'a str>,
+}
+
+/// `member_of`'s answer, undrafted.
+pub fn member_draft<'a>(
+    inc: &'a Incarnation,
+    models_root: &str,
+    (node, held): (Option<&NodeView>, bool),
+) -> Option<MemberDraft<'a>> {
     let placed = || {
         !held
             && matches!(inc.life, Life::Observed | Life::PendingConfirm { .. })
             && eligible_now(inc, node) != Some(false)
     };
-    let plan = match (inc.obj.spec(), &inc.dest) {
+    let plan = || match (inc.obj.spec(), &inc.dest) {
         (Some(spec), Ok(Some(dest))) if spec.uri.as_ref().is_ok_and(|u| u.downloads()) && placed() => {
-            planned(inc, spec, dest, models_root).ok()
+            match choose_plan(inc, spec, dest, models_root) {
+                Ok(Choice::Own) => {
+                    dest.beneath_root.as_deref().map(|dir| (Cow::Borrowed(&*spec.storage_uri), Cow::Borrowed(dir)))
+                }
+                Ok(Choice::Other(plan)) => {
+                    plan.fetch_into().map(|(u, d)| (Cow::Owned(u.to_owned()), Cow::Owned(d.to_owned())))
+                }
+                Err(_) => None,
+            }
         }
         _ => None,
     };
     // A download still running (being cancelled, say) keeps it in that directory until it ends:
     // nothing else is decided for it meanwhile.
     let running = inc.download.as_ref().and_then(|run| run.plan.fetch_into());
-    let (source, dir, trashing) = match running.or_else(|| plan.as_ref().and_then(Plan::fetch_into)) {
-        Some((uri, dir)) => (Some(Arc::from(uri)), dir.to_string(), false),
+    let (source, dir, trashing) = match running.map(|(u, d)| (Cow::Borrowed(u), Cow::Borrowed(d))).or_else(plan) {
+        Some((uri, dir)) => (Some(uri), dir, false),
         // Leaving: what it owns, from the source it fetched it with.
         None => {
-            let dir = inc.owned_dir.clone()?;
+            let dir = inc.owned_dir.as_deref()?;
             let fetched = match &inc.fetched {
-                Fetched::Done { plan, .. } => plan.fetch_into().filter(|(_, d)| *d == dir).map(|(u, _)| Arc::from(u)),
+                Fetched::Done { plan, .. } => {
+                    plan.fetch_into().filter(|(_, d)| *d == dir).map(|(u, _)| Cow::Borrowed(u))
+                }
                 _ => None,
             };
-            (fetched, dir, inc.inflight.is_some())
+            (fetched, Cow::Borrowed(dir), inc.inflight.is_some())
         }
     };
     let downloading = inc.download.as_ref().is_some_and(|run| run.plan.fetch_into().is_some_and(|(_, d)| d == dir));
-    let link_abs =
-        inc.link().filter(|(_, to)| *to == dir).map(|(at, _)| format!("{}/{at}", models_root.trim_end_matches('/')));
-    let alive = !inc.is_confirmed();
-    let member = Member { key: key.clone(), uid: inc.uid().clone(), source, alive, downloading, trashing, link_abs };
-    Some((Arc::from(dir.as_str()), member))
+    let link_at = inc.link().filter(|(_, to)| *to == *dir).map(|(at, _)| at.as_str());
+    Some(MemberDraft { dir, source, alive: !inc.is_confirmed(), downloading, trashing, link_at })
+}
+
+impl MemberDraft<'_> {
+    /// The directory and the member, made.
+    pub fn made(self, key: &ModelKey, uid: &Uid, models_root: &str) -> (Arc<str>, Member) {
+        let link_abs = self.link_at.map(|at| format!("{}/{at}", models_root.trim_end_matches('/')));
+        let source = self.source.map(|s| Arc::from(&*s));
+        let (alive, downloading, trashing) = (self.alive, self.downloading, self.trashing);
+        let member = Member { key: key.clone(), uid: uid.clone(), source, alive, downloading, trashing, link_abs };
+        (Arc::from(&*self.dir), member)
+    }
+
+    /// Would `made` equal `registered`?
+    fn same_as(&self, key: &ModelKey, uid: &Uid, models_root: &str, (dir, m): &(Arc<str>, Member)) -> bool {
+        let root = models_root.trim_end_matches('/');
+        let link_same = match (self.link_at, m.link_abs.as_deref()) {
+            (None, None) => true,
+            (Some(at), Some(abs)) => abs.strip_prefix(root).and_then(|r| r.strip_prefix('/')) == Some(at),
+            _ => false,
+        };
+        **dir == *self.dir
+            && m.key == *key
+            && m.uid == *uid
+            && m.source.as_deref() == self.source.as_deref()
+            && (m.alive, m.downloading, m.trashing) == (self.alive, self.downloading, self.trashing)
+            && link_same
+    }
 }
 
 /// What `dirs[dir]` means for `me`.
@@ -248,11 +323,17 @@ pub(super) fn register(
     let held_current = held.then(|| slot.current.as_ref().map(|i| i.uid().clone())).flatten();
     for inc in slot.all_mut() {
         let held = held_current.as_ref() == Some(inc.uid());
-        let now = member_of(key, inc, models_root, (node, held));
+        let draft = member_draft(inc, models_root, (node, held));
         let before = inc.share.as_ref().and_then(|s| s.registered.as_ref());
-        if now.as_ref() == before {
+        let unchanged = match (&draft, before) {
+            (None, None) => true,
+            (Some(draft), Some(before)) => draft.same_as(key, inc.uid(), models_root, before),
+            _ => false,
+        };
+        if unchanged {
             continue;
         }
+        let now = draft.map(|d| d.made(key, inc.uid(), models_root));
         if let Some((dir, old)) = before {
             leave(dirs, dir, &old.uid, &mut affected);
         }
