@@ -40,13 +40,18 @@ impl State {
         // Hash sets with a fixed hasher: this pass is O(models) per node every period.
         let owned_by_uid: FxHashMap<&Uid, &OwnedDir> = snap.owned_dirs.iter().map(|d| (&d.uid, d)).collect();
         let mut claimed = Claimed::with_capacity(self.slots.len());
+        // Looked up by hash: a sorted map's search compares keys that share a long prefix
+        // about ten times per lookup.
+        let labels: FxHashMap<&str, (&String, &String)> = snap.labels.iter().map(|kv| (kv.0.as_str(), kv)).collect();
+        let entries: FxHashMap<&str, (&String, &EntryView)> =
+            snap.entries.iter().map(|kv| (kv.0.as_str(), kv)).collect();
         let (mut label_key, mut cm_key) = (String::new(), String::new());
         for (key, shared) in self.slots.iter_mut() {
             let slot = Arc::make_mut(shared);
             wire::write_label_key(key, &mut label_key);
             wire::write_configmap_key(key, &mut cm_key);
-            let label = snap.labels.get_key_value(&label_key);
-            let entry = snap.entries.get_key_value(&cm_key);
+            let label = labels.get(label_key.as_str()).copied();
+            let entry = entries.get(cm_key.as_str()).copied();
             let seen = Seen {
                 label: label.and_then(|(_, v)| ModelStatus::parse(v)),
                 label_present: label.is_some(),
