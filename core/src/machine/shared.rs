@@ -191,7 +191,7 @@ pub struct MemberDraft<'a> {
     link_at: Option<&'a str>,
 }
 
-/// `member_of`'s answer, undrafted.
+/// `member_of`'s answer, not yet made.
 pub fn member_draft<'a>(
     inc: &'a Incarnation,
     models_root: &str,
