@@ -260,8 +260,9 @@ fn cmd_bench(mut args: Args) -> Result<bool, String> {
         };
         let started = std::time::Instant::now();
         let (r, world) = scenario::run("crd-ssa", &opts)?;
-        let wall = started.elapsed().as_secs_f64();
-        let profile = world.profile.as_ref().map(|p| p.table()).unwrap_or_default();
+        let elapsed = started.elapsed();
+        let wall = elapsed.as_secs_f64();
+        let profile = world.profile.as_ref().map(|p| p.table(Some(elapsed))).unwrap_or_default();
         // Freeing a million-model world is teardown, not the scenario: it is left out of the wall.
         drop(world);
         println!(

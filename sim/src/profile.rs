@@ -6,7 +6,7 @@
 //! run, and one size against another, not against a number written down elsewhere.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Which side of the simulation a step is on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -39,27 +39,53 @@ impl StepProfile {
     }
 
     /// One line per kind, costliest first: steps, total milliseconds, nanoseconds per step,
-    /// share of the total.
-    pub fn table(&self) -> Vec<String> {
+    /// share of the time in steps. Then, with the run's `wall` time, where the whole run went:
+    /// the agent's steps, the simulator's, and the rest (its queue, checks and scripting).
+    pub fn table(&self, wall: Option<Duration>) -> Vec<String> {
         let total_nanos: u64 = self.by_kind.values().map(|t| t.nanos).sum::<u64>().max(1);
         let mut rows: Vec<_> = self.by_kind.iter().collect();
         rows.sort_by(|a, b| b.1.nanos.cmp(&a.1.nanos).then(a.0.cmp(b.0)));
         let mut lines = vec![format!("{:<26}{:>12}{:>12}{:>12}{:>8}", "step", "count", "ms", "ns/step", "share")];
         for ((side, kind), t) in rows {
-            let side = match side {
-                Side::Handle => "in",
-                Side::Execute => "exec",
-            };
             lines.push(format!(
                 "{:<26}{:>12}{:>12}{:>12}{:>7.1}%",
-                format!("{side}:{kind}"),
+                format!("{}:{kind}", side.prefix()),
                 t.steps,
                 t.nanos / 1_000_000,
                 t.nanos / t.steps.max(1),
                 t.nanos as f64 * 100.0 / total_nanos as f64
             ));
         }
+        if let Some(wall) = wall {
+            lines.extend(self.split(wall));
+        }
         lines
+    }
+
+    /// The run's wall time split between the agent's steps, the simulator's and the rest.
+    fn split(&self, wall: Duration) -> Vec<String> {
+        let wall_nanos = u64::try_from(wall.as_nanos()).unwrap_or(u64::MAX).max(1);
+        let on = |side: Side| self.by_kind.iter().filter(|((s, _), _)| *s == side).map(|(_, t)| t.nanos).sum::<u64>();
+        let (agent, simulator) = (on(Side::Handle), on(Side::Execute));
+        let rest = wall_nanos.saturating_sub(agent + simulator);
+        let line = |what: &str, nanos: u64| {
+            format!("{what:<50}{:>12}{:>7.1}%", nanos / 1_000_000, nanos as f64 * 100.0 / wall_nanos as f64)
+        };
+        vec![
+            format!("{:<50}{:>12}{:>8}", "of the run's wall time", "ms", "share"),
+            line("the agent handling inputs (in:)", agent),
+            line("the simulator executing effects (exec:)", simulator),
+            line("the rest (event queue, checks, scenario)", rest),
+        ]
+    }
+}
+
+impl Side {
+    fn prefix(self) -> &'static str {
+        match self {
+            Side::Handle => "in",
+            Side::Execute => "exec",
+        }
     }
 }
 
@@ -74,10 +100,26 @@ mod tests {
         p.add(Side::Handle, "tick", Instant::now());
         p.add(Side::Handle, "tick", Instant::now());
         p.add(Side::Execute, "publish", long_ago);
-        let table = p.table();
+        let table = p.table(None);
         assert_eq!(table.len(), 3, "{table:?}");
         assert!(table[1].starts_with("exec:publish") && table[1].contains(" 1 "), "{table:?}");
         assert!(table[2].starts_with("in:tick") && table[2].contains(" 2 "), "{table:?}");
         assert!(p.by_kind[&(Side::Execute, "publish")].nanos >= 5_000_000);
+    }
+
+    #[test]
+    fn the_split_gives_the_wall_time_left_outside_the_steps_to_the_rest() {
+        let mut p = StepProfile::default();
+        p.by_kind.insert((Side::Handle, "tick"), KindTotals { steps: 3, nanos: 20_000_000 });
+        p.by_kind.insert((Side::Execute, "publish"), KindTotals { steps: 1, nanos: 50_000_000 });
+        let table = p.table(Some(Duration::from_millis(100)));
+        assert_eq!(table.len(), 3 + 4, "{table:?}");
+        let ms_and_share = |line: &str| line.split_whitespace().rev().take(2).collect::<Vec<_>>().join(" ");
+        assert_eq!(ms_and_share(&table[4]), "20.0% 20", "{table:?}");
+        assert_eq!(ms_and_share(&table[5]), "50.0% 50", "{table:?}");
+        assert_eq!(ms_and_share(&table[6]), "30.0% 30", "{table:?}");
+        // Steps that add up to more than the wall (a clock read late) leave the rest at zero.
+        let over = p.table(Some(Duration::from_millis(60)));
+        assert_eq!(ms_and_share(&over[6]), "0.0% 0", "{over:?}");
     }
 }
