@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use model_agent_core::machine::DriftSnapshot;
 use model_agent_core::placement::NodeView;
@@ -78,9 +78,10 @@ pub struct Api {
     /// uid → name of every live object (the checks look objects up by uid on every destructive
     /// effect).
     by_uid: BTreeMap<Uid, ModelKey>,
-    /// Per node: its `models.ome.io/` labels. Keys and values are shared by every node (one
-    /// string per text, `strings`): a lookup compares strings that stay in the cache.
-    pub labels: Vec<BTreeMap<Arc<str>, Arc<str>>>,
+    /// Per node: its `models.ome.io/` labels, by hash (a sorted map's lookup compared keys
+    /// sharing their long prefix ten times; whoever needs them in order sorts them). Keys and
+    /// values are shared by every node (one string per text, `strings`).
+    pub labels: Vec<FxHashMap<Arc<str>, Arc<str>>>,
     pub strings: Interner,
     /// Per node: its ConfigMap's entries (keys shared like the labels').
     pub entries: Vec<BTreeMap<Arc<str>, StoredEntry>>,
@@ -115,7 +116,7 @@ impl Interner {
 
 /// `map[key] = value`, taking the key's and the value's shared copies only when the key is new
 /// or the value changed (a publish mostly rewrites what is there).
-pub fn set_shared(map: &mut BTreeMap<Arc<str>, Arc<str>>, strings: &mut Interner, key: &str, value: &str) {
+pub fn set_shared(map: &mut FxHashMap<Arc<str>, Arc<str>>, strings: &mut Interner, key: &str, value: &str) {
     match map.get_mut(key) {
         Some(held) if &**held == value => {}
         Some(held) => *held = strings.get(value),
@@ -135,7 +136,7 @@ pub enum Change {
 impl Api {
     pub fn new(nodes: usize) -> Api {
         Api {
-            labels: vec![BTreeMap::new(); nodes],
+            labels: vec![FxHashMap::default(); nodes],
             entries: vec![BTreeMap::new(); nodes],
             node_labels: vec![BTreeMap::new(); nodes],
             wiped_until: vec![None; nodes],

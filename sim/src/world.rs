@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use model_agent_core::machine::{
     Config, DownloadEnd, DownloadResult, DriftSnapshot, Effect, Input, ListResult, NodeReadResult, Note, Op, Output,
@@ -263,9 +263,9 @@ pub struct World {
     pub violation_count: u64,
     /// Per node, the uids that were ever published there: what a real delete must clean up.
     /// (Per node rather than one map of pairs: 10^6 pairs make every lookup a long walk.)
-    pub published_ever: Vec<BTreeSet<Arc<str>>>,
+    pub published_ever: Vec<FxHashSet<Arc<str>>>,
     /// Per node, which uid last wrote each label (labels carry no uid of their own).
-    pub label_writer: Vec<BTreeMap<Arc<str>, Arc<str>>>,
+    pub label_writer: Vec<FxHashMap<Arc<str>, Arc<str>>>,
     /// Per mille of live reads that never answer (the core's deadline must catch them).
     pub read_timeout_permille: u64,
     pub marks: Option<Vec<Mark>>,
@@ -319,8 +319,8 @@ impl World {
             counters: Counters::default(),
             violations: Vec::new(),
             violation_count: 0,
-            published_ever: vec![BTreeSet::new(); nodes],
-            label_writer: vec![BTreeMap::new(); nodes],
+            published_ever: vec![FxHashSet::default(); nodes],
+            label_writer: vec![FxHashMap::default(); nodes],
             read_timeout_permille: 0,
             marks: None,
             profile: None,
@@ -1314,7 +1314,10 @@ impl World {
             let text = format!("label {k} is {:?}, expected {v}", labels.get(k));
             problems.push((node, Some(key.clone()), text));
         }
-        for k in labels.keys().filter(|k| !expected_labels.contains_key(&***k)) {
+        let mut stale: Vec<&Arc<str>> = labels.keys().filter(|k| !expected_labels.contains_key(&***k)).collect();
+        // In label order too (the labels are a hash map).
+        stale.sort_unstable();
+        for k in stale {
             let key = self.label_writer[node].get(k).and_then(|uid| self.api.key_of(uid));
             problems.push((node, key, format!("stale label {k}")));
         }
