@@ -419,23 +419,64 @@ impl<V> EntryWrite<V> {
     }
 }
 
+/// A ConfigMap's data as the entry writers see it: the shell's sorted map (the API's type), or
+/// the simulator's per-node hash map.
+pub trait EntryData<K, V> {
+    fn entry_mut(&mut self, cm_key: &str) -> Option<&mut V>;
+    fn entry(&self, cm_key: &str) -> Option<&V>;
+    fn insert_entry(&mut self, cm_key: K, value: V);
+    fn remove_entry(&mut self, cm_key: &str);
+}
+
+impl<K: Ord + Borrow<str>, V> EntryData<K, V> for BTreeMap<K, V> {
+    fn entry_mut(&mut self, cm_key: &str) -> Option<&mut V> {
+        self.get_mut(cm_key)
+    }
+    fn entry(&self, cm_key: &str) -> Option<&V> {
+        self.get(cm_key)
+    }
+    fn insert_entry(&mut self, cm_key: K, value: V) {
+        self.insert(cm_key, value);
+    }
+    fn remove_entry(&mut self, cm_key: &str) {
+        self.remove(cm_key);
+    }
+}
+
+impl<K: Eq + std::hash::Hash + Borrow<str>, V, S: std::hash::BuildHasher> EntryData<K, V>
+    for std::collections::HashMap<K, V, S>
+{
+    fn entry_mut(&mut self, cm_key: &str) -> Option<&mut V> {
+        self.get_mut(cm_key)
+    }
+    fn entry(&self, cm_key: &str) -> Option<&V> {
+        self.get(cm_key)
+    }
+    fn insert_entry(&mut self, cm_key: K, value: V) {
+        self.insert(cm_key, value);
+    }
+    fn remove_entry(&mut self, cm_key: &str) {
+        self.remove(cm_key);
+    }
+}
+
 /// An `EntryWrite::Put`: the value is set whoever owned the key (the ownership rule binds
 /// withdrawals only); returns whether anything changed. Copies the key only for a new entry.
 /// `new_key` makes the map's key for a new entry (the simulator shares one copy across nodes).
-pub fn put_entry<K: Ord + Borrow<str>, V: EntryValue>(
-    data: &mut BTreeMap<K, V>,
+pub fn put_entry<K, V: EntryValue>(
+    data: &mut impl EntryData<K, V>,
     cm_key: &str,
     value: &V,
     new_key: impl FnOnce(&str) -> K,
 ) -> bool {
-    match data.get_mut(cm_key) {
+    match data.entry_mut(cm_key) {
         Some(held) if held == value => false,
         Some(held) => {
             held.clone_from(value);
             true
         }
         None => {
-            data.insert(new_key(cm_key), value.clone());
+            data.insert_entry(new_key(cm_key), value.clone());
             true
         }
     }
@@ -443,8 +484,8 @@ pub fn put_entry<K: Ord + Borrow<str>, V: EntryValue>(
 
 /// Apply `writes`, in order, to a ConfigMap's data; returns whether anything changed and the
 /// entries removed with their owners (for logs and the simulator's checks).
-pub fn apply_entry_writes<K: Ord + Borrow<str> + for<'a> From<&'a str>, V: EntryValue>(
-    data: &mut BTreeMap<K, V>,
+pub fn apply_entry_writes<K: for<'a> From<&'a str>, V: EntryValue>(
+    data: &mut impl EntryData<K, V>,
     writes: &[EntryWrite<V>],
 ) -> (bool, Vec<(String, EntryOwner)>) {
     let mut changed = false;
@@ -454,9 +495,9 @@ pub fn apply_entry_writes<K: Ord + Borrow<str> + for<'a> From<&'a str>, V: Entry
             changed |= put_entry(data, cm_key, value, |k| K::from(k));
             continue;
         }
-        let Some(owner) = data.get(w.cm_key().as_str()).map(EntryValue::owner) else { continue };
+        let Some(owner) = data.entry(w.cm_key().as_str()).map(EntryValue::owner) else { continue };
         if w.removes(&owner) {
-            data.remove(w.cm_key().as_str());
+            data.remove_entry(w.cm_key().as_str());
             removed.push((w.cm_key().clone(), owner));
             changed = true;
         }

@@ -84,7 +84,7 @@ pub struct Api {
     pub labels: Vec<FxHashMap<Arc<str>, Arc<str>>>,
     pub strings: Interner,
     /// Per node: its ConfigMap's entries (keys shared like the labels').
-    pub entries: Vec<BTreeMap<Arc<str>, StoredEntry>>,
+    pub entries: Vec<FxHashMap<Arc<str>, StoredEntry>>,
     /// Per node: the Node object's own labels (for eligibility).
     pub node_labels: Vec<BTreeMap<String, String>>,
     /// Per node: until when all its labels are wiped (node-feature-discovery #1802): the Node
@@ -137,7 +137,7 @@ impl Api {
     pub fn new(nodes: usize) -> Api {
         Api {
             labels: vec![FxHashMap::default(); nodes],
-            entries: vec![BTreeMap::new(); nodes],
+            entries: vec![FxHashMap::default(); nodes],
             node_labels: vec![BTreeMap::new(); nodes],
             wiped_until: vec![None; nodes],
             names: (0..nodes).map(node_name).collect(),

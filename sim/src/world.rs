@@ -1371,10 +1371,12 @@ impl World {
     /// Entries and directories of deleted uids, pending work, and a second reconcile's effects.
     fn node_leftovers(&self, node: usize, problems: &mut Vec<(usize, Option<ModelKey>, String)>) {
         let live = |uid: &str| self.api.key_of(uid).is_some();
-        for (k, e) in &self.api.entries[node] {
-            if e.uid.as_ref().is_some_and(|u| !live(u)) {
-                problems.push((node, None, format!("stale entry {k} of uid {:?}", e.uid)));
-            }
+        let mut stale: Vec<_> =
+            self.api.entries[node].iter().filter(|(_, e)| e.uid.as_ref().is_some_and(|u| !live(u))).collect();
+        // In key order (the entries are a hash map).
+        stale.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        for (k, e) in stale {
+            problems.push((node, None, format!("stale entry {k} of uid {:?}", e.uid)));
         }
         for (path, uids) in &self.nodes[node].dirs {
             if !uids.iter().any(|u| live(u.as_str())) && !is_copy(path) {
