@@ -555,6 +555,27 @@ mod tests {
     }
 
     #[test]
+    fn a_hash_map_of_entries_takes_the_same_writes_as_the_sorted_map() {
+        let of = |uid: &str| ModelEntry { uid: Some(uid.into()), ..ModelEntry::new("m", ModelStatus::Ready) }.to_json();
+        let sorted = BTreeMap::from([("mine".to_string(), of("u1")), ("theirs".to_string(), of("u2"))]);
+        let hashed: std::collections::HashMap<String, String> = sorted.clone().into_iter().collect();
+        let writes = [
+            EntryWrite::Withdraw { cm_key: "mine".into(), uid: "u1".into() },
+            EntryWrite::Withdraw { cm_key: "theirs".into(), uid: "u1".into() },
+            EntryWrite::Put { cm_key: "new".into(), value: of("u3") },
+            EntryWrite::Put { cm_key: "theirs".into(), value: of("u2") },
+            EntryWrite::RemoveOrphan { cm_key: "new".into(), seen_uid: Some("u9".into()) },
+        ];
+        let (mut a, mut b) = (sorted, hashed);
+        let (from_sorted, from_hashed) = (apply_entry_writes(&mut a, &writes), apply_entry_writes(&mut b, &writes));
+        assert_eq!(from_sorted, from_hashed);
+        assert_eq!(from_sorted.1.len(), 1, "only the withdrawn entry of u1 goes: {from_sorted:?}");
+        assert_eq!(a, b.into_iter().collect::<BTreeMap<_, _>>());
+        assert_eq!(a.keys().collect::<Vec<_>>(), ["new", "theirs"]);
+        assert!(put_entry(&mut a, "new", &of("u4"), |k: &str| k.to_string()), "a changed value is written");
+    }
+
+    #[test]
     fn label_keys_match_the_worked_examples() {
         assert_eq!(
             label_key(&ModelKey::cluster("qwen2-5-7b-instruct")),
