@@ -292,16 +292,26 @@ impl Api {
 
     pub fn snapshot(&self, node: usize) -> DriftSnapshot {
         use model_agent_core::machine::EntryView;
+        let labels = in_key_order(&self.labels[node]);
+        let entries = in_key_order(&self.entries[node]);
         DriftSnapshot {
-            labels: self.labels[node].iter().map(|(k, v)| (String::from(&**k), String::from(&**v))).collect(),
-            entries: self.entries[node]
-                .iter()
+            labels: labels.into_iter().map(|(k, v)| (String::from(&**k), String::from(&**v))).collect(),
+            entries: entries
+                .into_iter()
                 .map(|(k, e)| (String::from(&**k), EntryView { status: Some(e.status), uid: e.uid.clone().map(Uid) }))
                 .collect(),
             owned_dirs: vec![],
             trash: vec![],
         }
     }
+}
+
+/// A hash map's pairs sorted by key, so that collecting them into a sorted map finds one run
+/// (an unstable sort of references, rather than the collector's stable sort of the owned pairs).
+fn in_key_order<V>(map: &FxHashMap<Arc<str>, V>) -> Vec<(&Arc<str>, &V)> {
+    let mut pairs: Vec<_> = map.iter().collect();
+    pairs.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    pairs
 }
 
 pub fn node_name(node: usize) -> String {
