@@ -233,7 +233,7 @@ pub fn member_draft<'a>(
             (fetched, Cow::Borrowed(dir), inc.inflight.is_some())
         }
     };
-    let downloading = inc.download.as_ref().is_some_and(|run| run.plan.fetch_into().is_some_and(|(_, d)| d == dir));
+    let downloading = running.is_some_and(|(_, d)| d == dir);
     let link_at = inc.link().filter(|(_, to)| *to == *dir).map(|(at, _)| at.as_str());
     Some(MemberDraft { dir, source, alive: !inc.is_confirmed(), downloading, trashing, link_at })
 }
