@@ -44,7 +44,7 @@ fn main() {
             deleting: false,
             spec: Ok(Arc::new(spec)),
         };
-        s.handle(Instant(0), Input::Watch { kind: Kind::ClusterBaseModel, event: WatchEvent::RelistItem(o) });
+        s.handle(Instant(0), Input::Watch { kind: Kind::ClusterBaseModel, event: WatchEvent::RelistItem(o.into()) });
     }
     let after = (LIVE.load(Ordering::Relaxed), COUNT.load(Ordering::Relaxed));
     println!(
@@ -69,7 +69,7 @@ fn huge_objects(s: &mut State) {
         });
         let o = ModelObject::from_json(Kind::BaseModel, &json).expect("identified");
         drop(json);
-        s.handle(Instant(0), Input::Watch { kind: Kind::BaseModel, event: WatchEvent::Applied(o) });
+        s.handle(Instant(0), Input::Watch { kind: Kind::BaseModel, event: WatchEvent::Applied(o.into()) });
     }
     let retained = LIVE.load(Ordering::Relaxed) - before;
     println!(

@@ -593,12 +593,12 @@ mod tests {
         let kind = Kind::ClusterBaseModel;
         send(Input::Watch { kind, event: WatchEvent::RelistStarted }).await;
         for i in 0..MODELS {
-            send(Input::Watch { kind, event: WatchEvent::RelistItem(model(&root, i, "1")) }).await;
+            send(Input::Watch { kind, event: WatchEvent::RelistItem(model(&root, i, "1").into()) }).await;
         }
         send(Input::Watch { kind, event: WatchEvent::RelistDone }).await;
         wait_until(|| writes_queued.load(Ordering::SeqCst) as usize > WATCH_QUEUE_MAX).await;
         for i in 0..MODELS {
-            send(Input::Watch { kind, event: WatchEvent::Applied(model(&root, i, "2")) }).await;
+            send(Input::Watch { kind, event: WatchEvent::Applied(model(&root, i, "2").into()) }).await;
         }
         fed.store(true, Ordering::SeqCst);
     }

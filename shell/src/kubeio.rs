@@ -85,19 +85,19 @@ pub async fn watch_models(
         let event = match event {
             Ok(watcher::Event::Init) => WatchEvent::RelistStarted,
             Ok(watcher::Event::InitApply(o)) => match to_model(kind, o, spec_bytes_max) {
-                Some(m) => WatchEvent::RelistItem(m),
+                Some(m) => WatchEvent::RelistItem(Arc::new(m)),
                 None => continue,
             },
             Ok(watcher::Event::InitDone) => WatchEvent::RelistDone,
             Ok(watcher::Event::Apply(o)) => match to_model(kind, o, spec_bytes_max) {
                 Some(m) => {
                     debug!(kind = %kind, name = %m.key.name, "watch event: applied");
-                    WatchEvent::Applied(m)
+                    WatchEvent::Applied(Arc::new(m))
                 }
                 None => continue,
             },
             Ok(watcher::Event::Delete(o)) => match to_model(kind, o, spec_bytes_max) {
-                Some(m) => WatchEvent::Deleted(m),
+                Some(m) => WatchEvent::Deleted(Arc::new(m)),
                 None => continue,
             },
             Err(e) => {
@@ -152,7 +152,7 @@ pub async fn live_get(client: &Client, key: &ModelKey, spec_bytes_max: usize) ->
         Ok(Err(e)) => ReadResult::Failed(format!("GET {key}: {e}")),
         Ok(Ok(None)) => ReadResult::NotFound,
         Ok(Ok(Some(obj))) => match to_model(key.kind, obj, spec_bytes_max) {
-            Some(m) => ReadResult::Found(m),
+            Some(m) => ReadResult::Found(Arc::new(m)),
             None => ReadResult::Failed(format!("GET {key}: the object cannot be identified")),
         },
     }
@@ -244,7 +244,7 @@ pub async fn live_list(client: &Client, kind: Kind, spec_bytes_max: usize) -> Li
             ListResult::Failed(format!("LIST {} timed out after {} s", kind.plural(), LIVE_READ_TIMEOUT.as_secs()))
         }
         Ok(Err(reason)) => ListResult::Failed(format!("LIST {}: {reason}", kind.plural())),
-        Ok(Ok(objects)) => ListResult::Listed(objects),
+        Ok(Ok(objects)) => ListResult::Listed(objects.into_iter().map(Arc::new).collect()),
     }
 }
 

@@ -28,23 +28,43 @@ pub struct ApiObject {
     pub deleting: bool,
     /// The controller's finalizer (OME's `*.ome.io/finalizer`).
     pub finalizer: bool,
+    /// What every node's watch, list and read is handed: made again by `set_rv` (every change
+    /// moves the resourceVersion), so that 1,000 nodes share one copy of each version.
+    model: Arc<ModelObject>,
 }
 
 impl ApiObject {
+    fn new(key: ModelKey, uid: Uid, rv: u64, spec: Arc<ModelSpec>, finalizer: bool) -> ApiObject {
+        let rv_text: Arc<str> = Arc::from(rv.to_string().as_str());
+        let created: Arc<str> = Arc::from(format!("{rv:020}").as_str());
+        let model = Arc::new(ModelObject {
+            key: key.clone(),
+            uid: uid.clone(),
+            resource_version: rv_text.clone(),
+            created: created.clone(),
+            deleting: false,
+            spec: Ok(spec.clone()),
+        });
+        ApiObject { key, uid, created_rv: rv, created, rv, rv_text, spec, deleting: false, finalizer, model }
+    }
+
+    /// The last step of every change: the new resourceVersion and the nodes' copy.
     fn set_rv(&mut self, rv: u64) {
         self.rv = rv;
         self.rv_text = Arc::from(rv.to_string().as_str());
-    }
-
-    pub fn to_model(&self) -> ModelObject {
-        ModelObject {
-            key: self.key.clone(),
-            uid: self.uid.clone(),
+        self.model = Arc::new(ModelObject {
             resource_version: self.rv_text.clone(),
-            created: self.created.clone(),
             deleting: self.deleting,
             spec: Ok(self.spec.clone()),
-        }
+            ..(*self.model).clone()
+        });
+    }
+
+    pub fn to_model(&self) -> Arc<ModelObject> {
+        debug_assert!(
+            self.model.deleting == self.deleting && Arc::ptr_eq(self.model.spec.as_ref().unwrap(), &self.spec)
+        );
+        self.model.clone()
     }
 }
 
@@ -129,8 +149,8 @@ pub fn set_shared(map: &mut FxHashMap<Arc<str>, Arc<str>>, strings: &mut Interne
 /// A change the watch streams must carry.
 #[derive(Clone, Debug)]
 pub enum Change {
-    Applied(ModelObject),
-    Deleted(ModelObject),
+    Applied(Arc<ModelObject>),
+    Deleted(Arc<ModelObject>),
 }
 
 impl Api {
@@ -158,17 +178,7 @@ impl Api {
         self.rv += 1;
         self.uid_next += 1;
         let uid = Uid::new(&format!("uid-{}-{}", key.name, self.uid_next));
-        let obj = ApiObject {
-            key: key.clone(),
-            uid,
-            created_rv: self.rv,
-            created: Arc::from(format!("{:020}", self.rv).as_str()),
-            rv: self.rv,
-            rv_text: Arc::from(self.rv.to_string().as_str()),
-            spec,
-            deleting: false,
-            finalizer,
-        };
+        let obj = ApiObject::new(key.clone(), uid, self.rv, spec, finalizer);
         let model = obj.to_model();
         self.by_uid.insert(obj.uid.clone(), key.clone());
         self.objects.insert(key, obj);
@@ -219,24 +229,24 @@ impl Api {
     pub fn spec_update(&mut self, key: &ModelKey, spec: Arc<ModelSpec>) -> Option<Change> {
         let obj = self.objects.get_mut(key)?;
         self.rv += 1;
-        obj.set_rv(self.rv);
         obj.spec = spec;
+        obj.set_rv(self.rv);
         Some(Change::Applied(obj.to_model()))
     }
 
-    pub fn get(&self, key: &ModelKey) -> Option<ModelObject> {
+    pub fn get(&self, key: &ModelKey) -> Option<Arc<ModelObject>> {
         self.objects.get(key).map(ApiObject::to_model)
     }
 
     /// A quorum list (`at_rv: None`) or the list a server lagging at `at_rv` would serve.
-    pub fn list(&self, kind: Kind, at_rv: Option<u64>) -> Vec<ModelObject> {
+    pub fn list(&self, kind: Kind, at_rv: Option<u64>) -> Vec<Arc<ModelObject>> {
         match at_rv {
             None => self.objects.values().filter(|o| o.key.kind == kind).map(ApiObject::to_model).collect(),
             Some(rv) => {
                 let live = self.objects.values().filter(|o| o.created_rv <= rv);
                 let dead =
                     self.graveyard.iter().filter(|t| t.obj.created_rv <= rv && rv < t.deleted_rv).map(|t| &t.obj);
-                let mut all: Vec<ModelObject> =
+                let mut all: Vec<Arc<ModelObject>> =
                     live.chain(dead).filter(|o| o.key.kind == kind).map(ApiObject::to_model).collect();
                 all.sort_by(|a, b| a.key.cmp(&b.key));
                 all.dedup_by(|a, b| a.key == b.key);

@@ -16,6 +16,7 @@
 //! - Readiness: synced, and the models root writable (`unix.Access(root, W_OK)`).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use model_agent_core::dest_path::dest_path;
 use model_agent_core::machine::{Effect, EffectId, Input, Op, Outcome, WatchEvent};
@@ -30,12 +31,12 @@ pub struct Upstream {
     node: Option<NodeView>,
     /// What a GET of the Node would return now.
     node_latest: Option<NodeView>,
-    known: BTreeMap<ModelKey, ModelObject>,
+    known: BTreeMap<ModelKey, Arc<ModelObject>>,
     relisting: [Option<BTreeSet<ModelKey>>; 2],
     synced: [bool; 2],
-    fetching: BTreeMap<EffectId, ModelObject>,
+    fetching: BTreeMap<EffectId, Arc<ModelObject>>,
     /// Publishes of `Updating`, and what follows each once it is written.
-    after_updating: BTreeMap<EffectId, (ModelObject, Option<Op>)>,
+    after_updating: BTreeMap<EffectId, (Arc<ModelObject>, Option<Op>)>,
     next_id: u64,
 }
 
@@ -84,7 +85,7 @@ impl Upstream {
         }
     }
 
-    fn add(&mut self, out: &mut Vec<Effect>, obj: ModelObject) {
+    fn add(&mut self, out: &mut Vec<Effect>, obj: Arc<ModelObject>) {
         let old = self.known.insert(obj.key.clone(), obj.clone());
         if obj.deleting {
             return self.delete(out, &obj);
@@ -107,7 +108,7 @@ impl Upstream {
         }
     }
 
-    fn fetch(&mut self, out: &mut Vec<Effect>, obj: ModelObject) {
+    fn fetch(&mut self, out: &mut Vec<Effect>, obj: Arc<ModelObject>) {
         let Some(spec) = obj.spec() else { return };
         let Ok(uri) = &spec.uri else {
             self.publish(out, &obj, ModelStatus::Failed);
@@ -176,7 +177,7 @@ impl Upstream {
                 }
                 WatchEvent::RelistDone => {
                     if let Some(seen) = self.relisting[kind.index()].take() {
-                        let gone: Vec<ModelObject> = self
+                        let gone: Vec<Arc<ModelObject>> = self
                             .known
                             .values()
                             .filter(|o| o.key.kind == kind && !seen.contains(&o.key))

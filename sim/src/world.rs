@@ -1046,7 +1046,7 @@ impl World {
         }
     }
 
-    fn deliver_list(&mut self, node: usize, kind: Kind, objects: Vec<model_agent_core::ModelObject>, at: u64) {
+    fn deliver_list(&mut self, node: usize, kind: Kind, objects: Vec<Arc<model_agent_core::ModelObject>>, at: u64) {
         let mut events = Vec::with_capacity(objects.len() + 2);
         push_list(&mut events, objects);
         self.deliver_batch(node, kind, events, at);
@@ -1477,7 +1477,7 @@ fn resolved(id: model_agent_core::EffectId, storage_uri: &str) -> Input {
 
 /// Is `path` (beneath the root) a shared copy?
 /// A relist's events: its start, one item per object, its end.
-fn push_list(events: &mut Vec<WatchEvent>, objects: Vec<model_agent_core::ModelObject>) {
+fn push_list(events: &mut Vec<WatchEvent>, objects: Vec<Arc<model_agent_core::ModelObject>>) {
     events.push(WatchEvent::RelistStarted);
     events.extend(objects.into_iter().map(WatchEvent::RelistItem));
     events.push(WatchEvent::RelistDone);

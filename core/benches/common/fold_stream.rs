@@ -15,7 +15,8 @@ pub const MODELS: usize = 10_000;
 /// Inputs folded after the setup, by the bench and by the instruction count.
 pub const EVENTS: u64 = 1_000_000;
 
-pub fn objects() -> Vec<ModelObject> {
+/// Shared, as the shell hands each decoded object to the core (an input clones a count).
+pub fn objects() -> Vec<Arc<ModelObject>> {
     (0..MODELS)
         .map(|i| {
             let name = format!("model-{i:05}");
@@ -24,14 +25,14 @@ pub fn objects() -> Vec<ModelObject> {
             } else {
                 (ModelKey::namespaced("team", &name), "vendor://nvidia/nim/x".to_string())
             };
-            ModelObject {
+            Arc::new(ModelObject {
                 key,
                 uid: Uid::new(&format!("uid-{i}")),
                 resource_version: Arc::from("1"),
                 created: Arc::from(""),
                 deleting: false,
                 spec: Ok(Arc::new(ModelSpec::simple(&uri, None))),
-            }
+            })
         })
         .collect()
 }
@@ -63,7 +64,7 @@ impl<O: Observe> Driver<O> {
         self.outstanding.extend(output.effects);
     }
 
-    fn answer_one(&mut self, objs: &[ModelObject]) -> bool {
+    fn answer_one(&mut self, objs: &[Arc<ModelObject>]) -> bool {
         let Some(e) = self.outstanding.pop_front() else { return false };
         let input = match &e.op {
             Op::LiveGet { key } => {
@@ -84,7 +85,7 @@ impl<O: Observe> Driver<O> {
 }
 
 /// A node with 10,000 models listed and Ready.
-pub fn setup<O: Observe>(objs: &[ModelObject], observer: O) -> Driver<O> {
+pub fn setup<O: Observe>(objs: &[Arc<ModelObject>], observer: O) -> Driver<O> {
     let mut d = Driver {
         state: State::new(Config::new("node-1", "/mnt/models")),
         now: 0,
@@ -107,7 +108,7 @@ pub fn setup<O: Observe>(objs: &[ModelObject], observer: O) -> Driver<O> {
 
 /// The mixed stream. Shares: ~35% watch updates, ~15% phantom deletes, ~15% relist-style
 /// re-applies, ~10% ticks (time moves 100 ms), and the rest answers to what the core asked.
-pub fn run<O: Observe>(d: &mut Driver<O>, objs: &[ModelObject], events: u64) {
+pub fn run<O: Observe>(d: &mut Driver<O>, objs: &[Arc<ModelObject>], events: u64) {
     let mut prng = Prng::new(42);
     while d.events < events {
         let roll = prng.up_to(99);

@@ -11,7 +11,7 @@ pub(super) struct OrphanCheck {
     /// Directories with their marker's uids, none of them known.
     pub(super) dirs: Vec<(String, Vec<Uid>)>,
     pub(super) lists: [Option<EffectId>; 2],
-    pub(super) listed: [Option<Arc<Vec<ModelObject>>>; 2],
+    pub(super) listed: [Option<Arc<Vec<Arc<ModelObject>>>>; 2],
 }
 
 impl State {
@@ -109,7 +109,7 @@ impl State {
         }
     }
 
-    pub(super) fn orphan_list_done(&mut self, st: &mut Step, id: EffectId, kind: Kind, objects: Vec<ModelObject>) {
+    pub(super) fn orphan_list_done(&mut self, st: &mut Step, id: EffectId, kind: Kind, objects: Vec<Arc<ModelObject>>) {
         let Some(check) = self.orphan_check.as_mut() else { return };
         if check.lists[kind.index()] != Some(id) {
             return;
@@ -152,7 +152,7 @@ impl State {
                 );
             }
         }
-        let listed: Vec<&ModelObject> = check.listed.iter().flatten().flat_map(|v| v.iter()).collect();
+        let listed: Vec<&ModelObject> = check.listed.iter().flatten().flat_map(|v| v.iter().map(|o| &**o)).collect();
         for (path, marker_uids) in &check.dirs {
             // A copy is kept by its users, not by the uids in its marker: a model that switched
             // to its own download still lives, and its marker uid must not keep the copy.

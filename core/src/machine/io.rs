@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use crate::dest_path::DestPath;
 use crate::model::{Kind, ModelKey, ModelObject, Uid};
@@ -124,20 +125,23 @@ impl Config {
 
 /// One event of a kind's watch stream (kube-runtime's watcher events, renamed).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+///
+/// Objects come shared (`Arc`): a fleet's simulator hands one copy of an object to every node,
+/// and the core keeps what it is given rather than a copy of it (serialised as the object).
 pub enum WatchEvent {
-    Applied(ModelObject),
+    Applied(Arc<ModelObject>),
     /// A watch DELETED: only a candidate until a live read confirms it.
-    Deleted(ModelObject),
+    Deleted(Arc<ModelObject>),
     /// `Init`: a (re)list begins; objects known now and not listed by `RelistDone` are candidates.
     RelistStarted,
-    RelistItem(ModelObject),
+    RelistItem(Arc<ModelObject>),
     RelistDone,
 }
 
 /// Result of a live (quorum, uncached) GET of one model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ReadResult {
-    Found(ModelObject),
+    Found(Arc<ModelObject>),
     NotFound,
     /// Any error, timeouts included. Never means "not found".
     Failed(String),
@@ -146,7 +150,7 @@ pub enum ReadResult {
 /// Result of a live (quorum) LIST of one kind.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ListResult {
-    Listed(Vec<ModelObject>),
+    Listed(Vec<Arc<ModelObject>>),
     Failed(String),
 }
 

@@ -59,7 +59,7 @@ impl State {
             }
             Ok(objects) => {
                 // A GET's answer is its one key's object (`answers` checked it), or nothing.
-                let by_key: BTreeMap<&ModelKey, &ModelObject> =
+                let by_key: BTreeMap<&ModelKey, &Arc<ModelObject>> =
                     if is_list { objects.iter().map(|o| (&o.key, o)).collect() } else { BTreeMap::new() };
                 for key in keys.iter() {
                     let found = if is_list { by_key.get(key).copied() } else { objects.first() };
@@ -84,7 +84,7 @@ impl State {
         kind: Kind,
         is_list: bool,
         end: ReadEnd,
-    ) -> Result<Vec<ModelObject>, String> {
+    ) -> Result<Vec<Arc<ModelObject>>, String> {
         match (end, is_list) {
             (ReadEnd::TimedOut, _) => {
                 self.stats.reads_timed_out += 1;
@@ -109,10 +109,17 @@ impl State {
 
     /// A read answered every incarnation of `key` that awaits it: `found` is the live object
     /// under that name, if any.
-    fn apply_read(&mut self, st: &mut Step, id: EffectId, key: &ModelKey, found: Option<&ModelObject>, sent: Sent) {
+    fn apply_read(
+        &mut self,
+        st: &mut Step,
+        id: EffectId,
+        key: &ModelKey,
+        found: Option<&Arc<ModelObject>>,
+        sent: Sent,
+    ) {
         let models_root = &self.config.models_root;
         let Some(slot) = self.slots.get_mut(key).map(Arc::make_mut) else { return };
-        let found = found.map(|o| Arc::new(o.clone()));
+        let found = found.cloned();
         let mut suppressed = Vec::new();
         for inc in slot.all_mut().filter(|i| i.awaits(id)) {
             let Life::PendingConfirm { cause, since_seq, .. } = inc.life else { continue };
@@ -160,7 +167,7 @@ impl State {
             st.notes.push(Note::PhantomSuppressed { key: key.clone(), uid, cause });
         }
         if let Some(obj) = adopt {
-            self.on_object(st, Arc::unwrap_or_clone(obj), sent.seq);
+            self.on_object(st, obj, sent.seq);
         }
     }
 

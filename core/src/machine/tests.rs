@@ -86,7 +86,7 @@ impl H {
 
     pub(super) fn apply(&mut self, o: ModelObject) -> Vec<Effect> {
         let kind = o.key.kind;
-        self.watch(kind, WatchEvent::Applied(o))
+        self.watch(kind, WatchEvent::Applied(o.into()))
     }
 
     /// Node observed, root probed (writable or not), both kinds listed with `objs`.
@@ -101,7 +101,7 @@ impl H {
         for kind in Kind::ALL {
             out.extend(self.watch(kind, WatchEvent::RelistStarted));
             for o in objs.iter().filter(|o| o.key.kind == kind) {
-                out.extend(self.watch(kind, WatchEvent::RelistItem(o.clone())));
+                out.extend(self.watch(kind, WatchEvent::RelistItem(o.clone().into())));
             }
             out.extend(self.watch(kind, WatchEvent::RelistDone));
         }
@@ -221,7 +221,7 @@ pub(super) fn pending_cause(v: &IncarnationView) -> Option<(Cause, u32)> {
 #[test]
 fn observed_watch_deleted_becomes_pending_with_a_live_read() {
     let (mut h, key) = ready_local();
-    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("m", "u1")));
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("m", "u1").into()));
     assert_eq!(pending_cause(&h.view(&key, "u1")), Some((Cause::WatchDeleted, 0)));
     assert_eq!(gets(&e), vec![(gets(&e)[0].0, key.clone())]);
     assert!(destructive(&e).is_empty());
@@ -258,7 +258,7 @@ fn observed_applied_with_deletion_timestamp_is_confirmed_deleting_and_cleaned() 
 
 pub(super) fn pending_local() -> (H, ModelKey, EffectId) {
     let (mut h, key) = ready_local();
-    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("m", "u1")));
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("m", "u1").into()));
     let id = one_get(&e);
     (h, key, id)
 }
@@ -278,7 +278,7 @@ fn pending_not_found_is_confirmed_and_cleaned_up() {
 #[test]
 fn pending_found_other_uid_cleans_the_old_uid_only() {
     let (mut h, key, id) = pending_local();
-    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(local("m", "u2")) });
+    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(local("m", "u2").into()) });
     assert_eq!(h.view(&key, "u1").life, Life::Confirmed { confirmation: Confirmation::Replaced });
     assert_eq!(h.view(&key, "u2").life, Life::Observed);
     assert!(h.view(&key, "u2").current);
@@ -300,7 +300,7 @@ fn pending_found_other_uid_cleans_the_old_uid_only() {
 #[test]
 fn pending_found_same_uid_deleting_is_confirmed() {
     let (mut h, key, id) = pending_local();
-    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(deleting(local("m", "u1"))) });
+    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(deleting(local("m", "u1")).into()) });
     assert_eq!(h.view(&key, "u1").life, Life::Confirmed { confirmation: Confirmation::Deleting });
     assert_eq!(destructive(&e).len(), 1);
 }
@@ -308,7 +308,7 @@ fn pending_found_same_uid_deleting_is_confirmed() {
 #[test]
 fn pending_found_same_uid_alive_is_a_suppressed_phantom() {
     let (mut h, key, id) = pending_local();
-    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(local("m", "u1")) });
+    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(local("m", "u1").into()) });
     assert_eq!(h.view(&key, "u1").life, Life::Observed);
     assert!(destructive(&e).is_empty());
     assert!(matches!(&h.notes[..], [.., Note::PhantomSuppressed { cause: Cause::WatchDeleted, .. }]));
@@ -371,7 +371,7 @@ fn pending_has_no_attempt_limit_and_backoff_caps_at_5_minutes() {
 #[test]
 fn a_second_candidate_event_adds_no_read() {
     let (mut h, _key, _id) = pending_local();
-    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("m", "u1")));
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("m", "u1").into()));
     assert!(gets(&e).is_empty());
     let mut e = h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
     e.extend(h.watch(Kind::ClusterBaseModel, WatchEvent::RelistDone));
@@ -383,10 +383,10 @@ fn pending_survives_relists_until_a_read_answers() {
     let (mut h, key, id) = pending_local();
     // A relist that lists it again does not resolve it: only a live read does.
     h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
-    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(local("m", "u1")));
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(local("m", "u1").into()));
     h.watch(Kind::ClusterBaseModel, WatchEvent::RelistDone);
     assert!(pending_cause(&h.view(&key, "u1")).is_some());
-    h.input(Input::LiveRead { id, result: ReadResult::Found(local("m", "u1")) });
+    h.input(Input::LiveRead { id, result: ReadResult::Found(local("m", "u1").into()) });
     assert_eq!(h.view(&key, "u1").life, Life::Observed);
 }
 
@@ -414,7 +414,8 @@ fn a_relist_storm_is_answered_by_one_list_per_kind() {
     // The lists show every object alive except c7 (really deleted).
     let mut out = Vec::new();
     for (id, kind) in l {
-        let listed = objs.iter().filter(|o| o.key.kind == kind && &*o.key.name != "c7").cloned().collect();
+        let listed =
+            objs.iter().filter(|o| o.key.kind == kind && &*o.key.name != "c7").cloned().map(Arc::new).collect();
         out.extend(h.input(Input::LiveList { id, result: ListResult::Listed(listed) }));
     }
     assert_eq!(h.s.stats().phantom_deletes_suppressed, 149);
@@ -458,8 +459,8 @@ fn a_record_dropped_during_a_relist_leaves_its_seen_keys_so_an_unlisted_model_st
     h.settle(e);
     let (m, n) = (ModelKey::cluster("m"), ModelKey::cluster("n"));
     h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
-    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(local("m", "u1")));
-    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("m", "u1")));
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(local("m", "u1").into()));
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("m", "u1").into()));
     let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::NotFound });
     h.settle(e);
     assert!(!h.s.knows(&m), "m's record is dropped once its cleanup landed");
@@ -475,8 +476,8 @@ fn a_full_relist_questions_nothing() {
     let e = h.start(false, vec![local("m", "u1"), local("n", "u2")]);
     h.settle(e);
     h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
-    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(local("n", "u2")));
-    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(local("m", "u1")));
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(local("n", "u2").into()));
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(local("m", "u1").into()));
     let e = h.watch(Kind::ClusterBaseModel, WatchEvent::RelistDone);
     assert!(e.is_empty(), "{e:?}");
     assert_eq!(h.view(&ModelKey::cluster("n"), "u2").life, Life::Observed);
@@ -486,7 +487,7 @@ fn a_full_relist_questions_nothing() {
 fn a_restarted_relist_resets_its_buffer() {
     let (mut h, key) = ready_local();
     h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
-    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(local("m", "u1")));
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(local("m", "u1").into()));
     // The list failed part-way: kube's watcher starts again with another Init.
     h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
     let e = h.watch(Kind::ClusterBaseModel, WatchEvent::RelistDone);
@@ -524,7 +525,7 @@ fn delete_and_recreate_never_lets_the_old_uid_touch_the_new_one() {
     assert!(destructive(&e).is_empty());
     assert!(!e.iter().any(|e| matches!(e.op, Op::Download { .. })), "B waits for A's directory to go");
     let id = one_get(&e);
-    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(hf("m", "b")) });
+    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(hf("m", "b").into()) });
     let all = h.settle(e);
     let mut saw_trash = false;
     for e in &all {
@@ -643,7 +644,7 @@ fn downloading_model_owns_its_dir_and_trashes_it_after_a_confirmed_delete() {
     assert_eq!(dest.absolute, "/mnt/models/m");
     assert_eq!(uri, "hf://org/repo");
     let key = ModelKey::cluster("m");
-    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(hf("m", "u1")));
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(hf("m", "u1").into()));
     let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::NotFound });
     let all = h.settle(e);
     let ops: Vec<&Op> = destructive(&all);
@@ -760,7 +761,7 @@ fn a_root_that_does_not_answer_is_not_ready_and_holds_downloads_until_it_answers
     let check = r.checks.iter().find(|c| c.name == "models-root").unwrap();
     assert_eq!(check.detail, "models root /mnt/models did not answer within 5 s");
     // A model that downloads is neither fetched nor failed while the root is unknown.
-    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Applied(hf("m", "a")));
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Applied(hf("m", "a").into()));
     let all = h.settle(e);
     assert!(!all.iter().any(|e| matches!(e.op, Op::Download { .. } | Op::Publish { .. })), "{all:?}");
     // The root answers again: the download starts.
@@ -837,7 +838,7 @@ fn an_unchanged_ready_label_is_not_flipped_to_updating_on_restart() {
         h.watch(Kind::BaseModel, WatchEvent::RelistStarted);
         h.watch(Kind::BaseModel, WatchEvent::RelistDone);
         h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
-        let mut e = h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(local("m", "u1")));
+        let mut e = h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(local("m", "u1").into()));
         if label_later {
             e.extend(h.input(Input::NodeObserved(ready.clone())));
         }
@@ -874,7 +875,11 @@ fn placement_moving_away_is_confirmed_then_cleans_up_this_node_only() {
     let m = gpu_only(hf("m", "u1"));
     for kind in Kind::ALL {
         h.watch(kind, WatchEvent::RelistStarted);
-        let e = if kind == Kind::ClusterBaseModel { h.watch(kind, WatchEvent::RelistItem(m.clone())) } else { vec![] };
+        let e = if kind == Kind::ClusterBaseModel {
+            h.watch(kind, WatchEvent::RelistItem(m.clone().into()))
+        } else {
+            vec![]
+        };
         h.settle(e);
         let e = h.watch(kind, WatchEvent::RelistDone);
         h.settle(e);
@@ -885,7 +890,7 @@ fn placement_moving_away_is_confirmed_then_cleans_up_this_node_only() {
     let e = h.input(Input::NodeObserved(node(&[("zone", "a"), ("os", "linux")])));
     assert!(destructive(&e).is_empty(), "withdrawal waits for a live read");
     let id = one_get(&e);
-    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(m.clone()) });
+    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(m.clone().into()) });
     assert_eq!(h.s.stats().phantom_deletes_suppressed, 0, "not a phantom delete");
     assert!(destructive(&e).is_empty(), "the model witness alone is not enough");
     let id = one_node_get(&e);
@@ -959,7 +964,11 @@ fn drift_removes_orphans_only_after_fresh_lists_show_no_owner() {
     // The fresh lists show `late` (created since the agent's view) but not `gone`.
     let mut out = Vec::new();
     for (id, kind) in l {
-        let listed = if kind == Kind::ClusterBaseModel { vec![local("late", "ul"), local("m", "u1")] } else { vec![] };
+        let listed = if kind == Kind::ClusterBaseModel {
+            vec![local("late", "ul").into(), local("m", "u1").into()]
+        } else {
+            vec![]
+        };
         out.extend(h.input(Input::LiveList { id, result: ListResult::Listed(listed) }));
     }
     let d = destructive(&out);
@@ -1018,8 +1027,8 @@ fn every_input_is_handled_in_every_state_without_panic() {
     let mut h = H::new();
     let e = h.start(true, vec![local("obs", "u1"), local("pend", "u2"), hf("conf", "u3"), local("wait", "u4")]);
     h.settle(e);
-    h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("pend", "u2")));
-    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("wait", "u4")));
+    h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("pend", "u2").into()));
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("wait", "u4").into()));
     let _ = e;
     h.apply(deleting(hf("conf", "u3")));
     let garbage = EffectId(999_999);
@@ -1030,11 +1039,11 @@ fn every_input_is_handled_in_every_state_without_panic() {
         Input::EffectDone { id: garbage, outcome: Outcome::Done },
         Input::RootProbed { id: garbage, probe: RootProbe::healthy(false) },
         Input::DriftObserved { id: garbage, snapshot: DriftSnapshot::default() },
-        Input::Watch { kind: Kind::BaseModel, event: WatchEvent::Applied(local("wrong-stream", "u5")) },
+        Input::Watch { kind: Kind::BaseModel, event: WatchEvent::Applied(local("wrong-stream", "u5").into()) },
         Input::Watch { kind: Kind::ClusterBaseModel, event: WatchEvent::RelistDone },
-        Input::Watch { kind: Kind::ClusterBaseModel, event: WatchEvent::RelistItem(local("obs", "u1")) },
-        Input::Watch { kind: Kind::ClusterBaseModel, event: WatchEvent::Deleted(local("unknown", "u6")) },
-        Input::Watch { kind: Kind::ClusterBaseModel, event: WatchEvent::Applied(local("conf", "u3")) },
+        Input::Watch { kind: Kind::ClusterBaseModel, event: WatchEvent::RelistItem(local("obs", "u1").into()) },
+        Input::Watch { kind: Kind::ClusterBaseModel, event: WatchEvent::Deleted(local("unknown", "u6").into()) },
+        Input::Watch { kind: Kind::ClusterBaseModel, event: WatchEvent::Applied(local("conf", "u3").into()) },
         Input::NodeObserved(node(&[("a", "b")])),
         Input::Shutdown,
         Input::Tick,
@@ -1050,7 +1059,7 @@ fn every_input_is_handled_in_every_state_without_panic() {
             let _ = step(
                 &h.s,
                 Instant(h.now),
-                Input::LiveRead { id: EffectId(id), result: ReadResult::Found(local("pend", "u2")) },
+                Input::LiveRead { id: EffectId(id), result: ReadResult::Found(local("pend", "u2").into()) },
             );
             let _ = step(
                 &h.s,
@@ -1069,7 +1078,7 @@ fn every_input_is_handled_in_every_state_without_panic() {
 fn step_is_a_pure_fold() {
     let (h, _key) = ready_local();
     let before = h.s.clone();
-    let input = Input::Watch { kind: Kind::ClusterBaseModel, event: WatchEvent::Deleted(local("m", "u1")) };
+    let input = Input::Watch { kind: Kind::ClusterBaseModel, event: WatchEvent::Deleted(local("m", "u1").into()) };
     let (s1, e1) = step(&before, Instant(5), input.clone());
     let (s2, e2) = step(&before, Instant(5), input);
     assert_eq!(e1, e2);
@@ -1086,7 +1095,7 @@ fn one_seed_reproduces_jitter_and_another_changes_it() {
         let mut h = H::with(cfg);
         let e = h.start(false, vec![local("m", "u1")]);
         h.settle(e);
-        let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("m", "u1")));
+        let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("m", "u1").into()));
         h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Failed("x".into()) });
         h.s.next_deadline()
     };
@@ -1110,14 +1119,18 @@ fn a_recorded_trace_replays_byte_for_byte() {
     feed(&mut s, Input::RootProbed { id: e[0].id, probe: RootProbe::healthy(true) }, now);
     for kind in Kind::ALL {
         feed(&mut s, Input::Watch { kind, event: WatchEvent::RelistStarted }, now);
-        feed(&mut s, Input::Watch { kind, event: WatchEvent::RelistItem(hf(&format!("m-{kind}"), "u").clone()) }, now)
-            .len();
+        feed(
+            &mut s,
+            Input::Watch { kind, event: WatchEvent::RelistItem(hf(&format!("m-{kind}"), "u").clone().into()) },
+            now,
+        )
+        .len();
         feed(&mut s, Input::Watch { kind, event: WatchEvent::RelistDone }, now);
     }
     now += 1500;
     let e = feed(
         &mut s,
-        Input::Watch { kind: Kind::ClusterBaseModel, event: WatchEvent::Deleted(hf("m-ClusterBaseModel", "u")) },
+        Input::Watch { kind: Kind::ClusterBaseModel, event: WatchEvent::Deleted(hf("m-ClusterBaseModel", "u").into()) },
         now,
     );
     let get = gets(&e)[0].0;
@@ -1165,18 +1178,18 @@ fn a_stale_list_showing_an_old_uid_never_overwrites_the_live_one() {
     let key = ModelKey::cluster("m");
     // A lagging server lists the deleted A.
     h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
-    let mut e = h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(hf("m", "a")));
+    let mut e = h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(hf("m", "a").into()));
     e.extend(h.watch(Kind::ClusterBaseModel, WatchEvent::RelistDone));
     assert!(published(&e).is_empty(), "A must not overwrite B's entry: {e:#?}");
     assert!(destructive(&e).is_empty());
     assert!(!e.iter().any(|e| matches!(e.op, Op::Download { .. })));
     // The live read shows B: B is current again, and A is confirmed gone without touching B.
-    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(hf("m", "b")) });
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(hf("m", "b").into()) });
     assert!(h.view(&key, "b").current);
     let all = h.settle(e);
     let e2 = gets(&all);
     let all = if let Some((id, _)) = e2.first() {
-        let e = h.input(Input::LiveRead { id: *id, result: ReadResult::Found(hf("m", "b")) });
+        let e = h.input(Input::LiveRead { id: *id, result: ReadResult::Found(hf("m", "b").into()) });
         h.settle(e)
     } else {
         all
@@ -1206,8 +1219,8 @@ fn a_new_uid_waits_until_the_old_uid_s_effects_have_landed() {
     h.settle(e);
     let e = h.apply(vendor("m", "a"));
     let a_publish = e.iter().find(|e| matches!(e.op, Op::Publish { .. })).unwrap().id;
-    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(vendor("m", "a")));
-    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(vendor("m", "b")) });
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(vendor("m", "a").into()));
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(vendor("m", "b").into()) });
     assert!(published(&e).is_empty(), "B waits for A's publish to land: {e:#?}");
     let e = h.input(Input::EffectDone { id: a_publish, outcome: Outcome::Done });
     // Now A's cleanup runs (keeping the label B will claim), then B proceeds.

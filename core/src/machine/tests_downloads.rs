@@ -58,7 +58,7 @@ fn cancels(effects: &[Effect]) -> Vec<EffectId> {
 }
 
 fn confirm_delete(h: &mut H) -> Vec<Effect> {
-    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(hf("m", "u1")));
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(hf("m", "u1").into()));
     h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::NotFound })
 }
 
@@ -121,9 +121,9 @@ fn a_cancelled_download_that_never_marked_its_directory_trashes_nothing() {
 #[test]
 fn a_phantom_delete_does_not_cancel_a_download() {
     let (mut h, dl) = downloading();
-    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(hf("m", "u1")));
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(hf("m", "u1").into()));
     assert!(cancels(&e).is_empty(), "a candidate is not evidence");
-    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(hf("m", "u1")) });
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(hf("m", "u1").into()) });
     assert!(cancels(&e).is_empty() && destructive(&e).is_empty(), "{e:?}");
     assert_eq!(entries(&h.input(Input::DownloadProgress { id: dl, progress: progress(70) })).len(), 1);
 }
@@ -311,7 +311,7 @@ fn a_failed_spec_fill_is_given_up_and_holds_back_no_cleanup() {
     let e = h.input(Input::EffectDone { id: fills(&e)[0].0, outcome: failed });
     assert!(fills(&e).is_empty() && fills(&h.advance(600_000)).is_empty(), "not retried");
     // A confirmed delete right after the failure is cleaned up at once (no backoff).
-    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("m", "u1")));
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("m", "u1").into()));
     let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::NotFound });
     assert!(matches!(destructive(&e)[..], [Op::Unpublish { .. }]), "{e:?}");
 }

@@ -17,11 +17,11 @@ fn ready_many(n: usize) -> (H, Vec<ModelObject>) {
 }
 
 fn delete(h: &mut H, o: &ModelObject) -> Vec<Effect> {
-    h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(o.clone()))
+    h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(o.clone().into()))
 }
 
 fn listed(objs: &[ModelObject], gone: &[&str]) -> ListResult {
-    ListResult::Listed(objs.iter().filter(|o| !gone.contains(&&*o.key.name)).cloned().collect())
+    ListResult::Listed(objs.iter().filter(|o| !gone.contains(&&*o.key.name)).cloned().map(Arc::new).collect())
 }
 
 fn key(name: &str) -> ModelKey {
@@ -33,7 +33,7 @@ fn key(name: &str) -> ModelKey {
 fn storm(h: &mut H, objs: &[ModelObject], missing: &[&str]) -> EffectId {
     h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
     for o in objs.iter().filter(|o| !missing.contains(&&*o.key.name)) {
-        h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(o.clone()));
+        h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(o.clone().into()));
     }
     let e = h.watch(Kind::ClusterBaseModel, WatchEvent::RelistDone);
     assert!(gets(&e).is_empty(), "{e:?}");
@@ -93,7 +93,7 @@ fn keys_due_while_a_list_is_in_flight_go_out_when_it_ends() {
     h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
     let half: Vec<ModelObject> = objs[..10].to_vec();
     for o in &half {
-        h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(o.clone()));
+        h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(o.clone().into()));
     }
     let e = h.watch(Kind::ClusterBaseModel, WatchEvent::RelistDone);
     let (list, _) = lists(&e)[0];

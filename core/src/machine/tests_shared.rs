@@ -84,7 +84,7 @@ fn run(h: &mut H, mut effects: Vec<Effect>, seen: &mut Seen, owned: &[OwnedDir],
                     done
                 }
                 Op::LiveList { kind } => {
-                    let objs = listed.iter().filter(|o| o.key.kind == *kind).cloned().collect();
+                    let objs = listed.iter().filter(|o| o.key.kind == *kind).cloned().map(Arc::new).collect();
                     Input::LiveList { id: e.id, result: ListResult::Listed(objs) }
                 }
                 Op::Snapshot => {
@@ -107,7 +107,7 @@ fn run(h: &mut H, mut effects: Vec<Effect>, seen: &mut Seen, owned: &[OwnedDir],
 }
 
 fn delete(h: &mut H, o: &ModelObject) -> Vec<Effect> {
-    let e = h.watch(o.key.kind, WatchEvent::Deleted(o.clone()));
+    let e = h.watch(o.key.kind, WatchEvent::Deleted(o.clone().into()));
     h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::NotFound })
 }
 
@@ -294,9 +294,9 @@ fn two_models_on_one_path_with_one_source_share_it_and_the_last_one_trashes_it()
 #[test]
 fn a_phantom_delete_of_a_sharing_model_changes_nothing() {
     let (mut h, mut seen, models) = three_ready();
-    let e = h.watch(models[1].key.kind, WatchEvent::Deleted(models[1].clone()));
+    let e = h.watch(models[1].key.kind, WatchEvent::Deleted(models[1].clone().into()));
     assert!(destructive(&e).is_empty());
-    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(models[1].clone()) });
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(models[1].clone().into()) });
     run(&mut h, e, &mut seen, &copy_marked(&["c1", "a1", "b1"]), &models);
     assert!(seen.unlinks.is_empty() && seen.trashed.is_empty());
 }
@@ -375,7 +375,7 @@ fn a_model_leaving_before_its_download_ran_never_trashes_the_path_another_model_
     // It no longer matches this node: both witnesses agree, and it is withdrawn.
     let moved = gpu_only(leaving.clone());
     let e = h.apply(moved.clone());
-    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(moved) });
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(moved.into()) });
     let e = h.input(Input::NodeRead { id: one_node_get(&e), result: NodeReadResult::Found(node(&[])) });
     answer_holding_downloads(&mut h, e, &owned, &mut seen);
     assert_eq!(h.view(&leaving.key, leaving.uid.as_str()).life, Life::Withdrawn);
@@ -413,7 +413,7 @@ fn a_name_recreated_while_its_predecessor_owned_a_shared_path_goes_on_at_once() 
     reads.extend(gets(&answer_holding_downloads(&mut h, e, &owned, &mut seen)).into_iter().map(|(id, _)| id));
     let mut left = Vec::new();
     for id in reads {
-        let e = h.input(Input::LiveRead { id, result: ReadResult::Found(a2.clone()) });
+        let e = h.input(Input::LiveRead { id, result: ReadResult::Found(a2.clone().into()) });
         left.extend(answer_holding_downloads(&mut h, e, &owned, &mut seen));
     }
     assert!(seen.trashed.is_empty(), "decode still uses it: {:?}", seen.trashed);
@@ -459,7 +459,7 @@ fn an_older_uid_a_stale_list_brings_back_never_trashes_the_path_its_successor_do
     run(&mut h, e, &mut seen, &owned, std::slice::from_ref(&new));
     assert_eq!(seen.downloads, vec![("n1".to_string(), "m".to_string(), vec!["o1".to_string()])]);
     let mut e = h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
-    e.extend(h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(old.clone())));
+    e.extend(h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(old.clone().into())));
     e.extend(h.watch(Kind::ClusterBaseModel, WatchEvent::RelistDone));
     let mut left = answer_holding_downloads(&mut h, e, &owned, &mut seen);
     // The read goes unanswered past a drift pass, whose snapshot shows o1's marker too.
@@ -469,7 +469,7 @@ fn an_older_uid_a_stale_list_brings_back_never_trashes_the_path_its_successor_do
     // Every read of `m` now finds n1.
     for _ in 0..20 {
         for (id, _) in gets(&std::mem::take(&mut left)) {
-            let e = h.input(Input::LiveRead { id, result: ReadResult::Found(new.clone()) });
+            let e = h.input(Input::LiveRead { id, result: ReadResult::Found(new.clone().into()) });
             left.extend(answer_holding_downloads(&mut h, e, &owned, &mut seen));
         }
         let e = h.advance(30_000);
@@ -502,7 +502,7 @@ fn a_model_moved_away_from_a_copy_others_use_asks_for_no_snapshot_after_each_one
     let marked = copy_marked(&["c1", "a1", "b1"]);
     let moved = gpu_only(models[1].clone());
     let e = h.apply(moved.clone());
-    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(moved.clone()) });
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(moved.clone().into()) });
     let e = h.input(Input::NodeRead { id: one_node_get(&e), result: NodeReadResult::Found(node(&[])) });
     let listed = vec![models[0].clone(), moved, models[2].clone()];
     run(&mut h, e, &mut seen, &marked, &listed);
@@ -530,7 +530,7 @@ fn a_model_back_on_a_node_that_trashed_its_directory_downloads_again() {
     assert_eq!(seen.downloads.len(), 1);
     // The node loses its gpu label: both witnesses agree, the directory goes to the trash.
     let e = h.input(Input::NodeObserved(cpu.clone()));
-    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(m.clone()) });
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(m.clone().into()) });
     let e = h.input(Input::NodeRead { id: one_node_get(&e), result: NodeReadResult::Found(cpu) });
     run(&mut h, e, &mut seen, &[], std::slice::from_ref(&m));
     assert_eq!(seen.trashed, vec!["m".to_string()]);
@@ -544,7 +544,7 @@ fn a_model_back_on_a_node_that_trashed_its_directory_downloads_again() {
 fn answer_lists(h: &mut H, left: &mut Vec<Effect>, m: &ModelObject, owned: &[OwnedDir], seen: &mut Seen) {
     while !lists(left).is_empty() {
         for (id, kind) in lists(&std::mem::take(left)) {
-            let listed = if kind == m.key.kind { vec![m.clone()] } else { vec![] };
+            let listed = if kind == m.key.kind { vec![Arc::new(m.clone())] } else { vec![] };
             let e = h.input(Input::LiveList { id, result: ListResult::Listed(listed) });
             left.extend(answer_holding_downloads(h, e, owned, seen));
         }
@@ -566,7 +566,7 @@ fn the_sweep_never_trashes_a_copy_while_a_cancelled_download_into_it_still_runs(
     // The node loses its gpu label mid-download: withdrawn, the download is cancelled, and the
     // copy has no user left. The sweep follows, while the download has not stopped yet.
     let e = h.input(Input::NodeObserved(cpu.clone()));
-    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(m.clone()) });
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(m.clone().into()) });
     let e = h.input(Input::NodeRead { id: one_node_get(&e), result: NodeReadResult::Found(cpu) });
     let mut left = answer_holding_downloads(&mut h, e, &marked, &mut seen);
     assert!(left.iter().any(|e| matches!(e.op, Op::CancelDownload { .. })));
@@ -653,7 +653,7 @@ fn a_name_re_created_with_its_own_download_at_its_path_waits_for_the_old_link_to
     h.input(Input::Shutdown);
     let own = obj(&m.key, "c2", "hf://org/repo@main", Some("/mnt/models/qwen"));
     let e = h.apply(own.clone());
-    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(own.clone()) });
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(own.clone().into()) });
     run(&mut h, e, &mut seen, &copy_marked(&["c1"]), std::slice::from_ref(&own));
     assert!(seen.unlinks.is_empty(), "no removal after SIGTERM");
     assert!(!seen.downloads.iter().any(|(uid, dest, _)| uid == "c2" && dest == "qwen"), "{:?}", seen.downloads);

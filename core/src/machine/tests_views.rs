@@ -40,7 +40,7 @@ fn an_older_read_answer_never_undoes_a_newer_watch_view() {
     // v3 moves it back before the GET answers; the answer carries v2.
     let e = h.apply(pool(m.clone(), "a"));
     assert!(destructive(&e).is_empty());
-    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(pool(m.clone(), "b")) });
+    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(pool(m.clone(), "b").into()) });
     let all = h.settle(e);
     assert!(destructive(&all).is_empty(), "{all:?}");
     assert!(all.iter().all(|e| e.op != Op::LiveGetNode));
@@ -53,16 +53,16 @@ fn an_older_read_answer_never_undoes_a_newer_watch_view() {
 fn an_older_read_answer_never_re_places_a_model_a_newer_view_moved_away() {
     let (mut h, key, m) = ready_in_pool();
     // A phantom delete: the read is in flight...
-    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(m.clone()));
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(m.clone().into()));
     let id = one_get(&e);
     // ...the user moves the model off this node, and the older answer still says pool=a.
     h.apply(pool(m.clone(), "b"));
-    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(m.clone()) });
+    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(m.clone().into()) });
     assert_eq!(h.s.stats().phantom_deletes_suppressed, 1);
     // The newest view (pool=b) stands: a placement exit begins with a fresh read.
     let id = one_get(&e);
     assert!(matches!(pending_cause(&h.view(&key, "u1")), Some((Cause::PlacementExit, 0))));
-    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(pool(m.clone(), "b")) });
+    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(pool(m.clone(), "b").into()) });
     let id = one_node_get(&e);
     let e = h.input(Input::NodeRead { id, result: NodeReadResult::Found(in_pool()) });
     assert!(matches!(destructive(&e)[..], [Op::Unpublish { .. }]), "{e:?}");
@@ -75,10 +75,10 @@ fn a_placement_exit_read_sent_before_a_newer_view_is_read_again() {
     let id = one_get(&e);
     // v3 still does not place it here, but arrived after the read was sent.
     h.apply(pool(m.clone(), "c"));
-    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(pool(m.clone(), "b")) });
+    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(pool(m.clone(), "b").into()) });
     assert!(destructive(&e).is_empty());
     let id = one_get(&e);
-    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(pool(m.clone(), "c")) });
+    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(pool(m.clone(), "c").into()) });
     let id = one_node_get(&e);
     let e = h.input(Input::NodeRead { id, result: NodeReadResult::Found(in_pool()) });
     assert!(matches!(destructive(&e)[..], [Op::Unpublish { .. }]));
@@ -91,7 +91,7 @@ fn a_lagging_node_watch_is_overruled_by_the_live_node() {
     // The Node watch shows the labels gone; the live Node still has them.
     let e = h.input(Input::NodeObserved(off_pool()));
     let id = one_get(&e);
-    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(m.clone()) });
+    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(m.clone().into()) });
     let id = one_node_get(&e);
     let e = h.input(Input::NodeRead { id, result: NodeReadResult::Found(in_pool()) });
     assert!(destructive(&e).is_empty());
@@ -108,7 +108,7 @@ fn a_node_witness_sent_before_the_exit_does_not_count() {
     let e = h.input(Input::NodeObserved(off_pool()));
     let get = one_get(&e);
     // A node read answered earlier is no witness: a new one is asked for after the model read.
-    let e = h.input(Input::LiveRead { id: get, result: ReadResult::Found(m.clone()) });
+    let e = h.input(Input::LiveRead { id: get, result: ReadResult::Found(m.clone().into()) });
     let id = one_node_get(&e);
     let e = h.input(Input::NodeRead { id, result: NodeReadResult::Failed("503".into()) });
     assert!(destructive(&e).is_empty());
@@ -124,7 +124,7 @@ fn a_node_witness_sent_before_the_exit_does_not_count() {
 fn a_node_read_answered_with_another_node_is_a_failed_read() {
     let (mut h, _key, m) = ready_in_pool();
     let e = h.input(Input::NodeObserved(off_pool()));
-    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(m.clone()) });
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(m.clone().into()) });
     let other = NodeView { name: "node-2".into(), labels: Default::default() };
     let e = h.input(Input::NodeRead { id: one_node_get(&e), result: NodeReadResult::Found(other) });
     assert!(destructive(&e).is_empty());
@@ -134,9 +134,9 @@ fn a_node_read_answered_with_another_node_is_a_failed_read() {
 #[test]
 fn a_get_answered_with_another_object_is_a_failed_read_never_not_found() {
     let (mut h, key) = ready_local();
-    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("m", "u1")));
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("m", "u1").into()));
     let id = one_get(&e);
-    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(local("other", "u9")) });
+    let e = h.input(Input::LiveRead { id, result: ReadResult::Found(local("other", "u9").into()) });
     assert!(destructive(&e).is_empty());
     assert!(matches!(pending_cause(&h.view(&key, "u1")), Some((Cause::WatchDeleted, 1))));
     assert!(matches!(&h.notes[..], [.., Note::ReadFailed { reason, .. }] if reason.contains("ClusterBaseModel/other")));
@@ -148,10 +148,10 @@ fn a_list_holding_an_item_of_another_kind_is_a_failed_read() {
     let e = h.start(false, vec![local("m", "u1")]);
     h.settle(e);
     let key = ModelKey::cluster("m");
-    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("m", "u1")));
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("m", "u1").into()));
     let (id, _) = lists(&e)[0];
     let stray = obj(&ModelKey::namespaced("ns", "x"), "ux", "vendor://a/b/c", None);
-    let e = h.input(Input::LiveList { id, result: ListResult::Listed(vec![stray]) });
+    let e = h.input(Input::LiveList { id, result: ListResult::Listed(vec![stray.into()]) });
     assert!(destructive(&e).is_empty());
     assert!(matches!(pending_cause(&h.view(&key, "u1")), Some((Cause::WatchDeleted, 1))));
 }
@@ -178,11 +178,11 @@ fn answer_reads(h: &mut H, mut e: Vec<Effect>, live: &[ModelObject], live_node: 
         for eff in &e {
             let input = match &eff.op {
                 Op::LiveGet { key } => {
-                    let found = live.iter().find(|o| &o.key == key).cloned();
+                    let found = live.iter().find(|o| &o.key == key).cloned().map(Arc::new);
                     Input::LiveRead { id: eff.id, result: found.map_or(ReadResult::NotFound, ReadResult::Found) }
                 }
                 Op::LiveList { kind } => {
-                    let items = live.iter().filter(|o| o.key.kind == *kind).cloned().collect();
+                    let items = live.iter().filter(|o| o.key.kind == *kind).cloned().map(Arc::new).collect();
                     Input::LiveList { id: eff.id, result: ListResult::Listed(items) }
                 }
                 Op::LiveGetNode => Input::NodeRead { id: eff.id, result: NodeReadResult::Found(live_node.clone()) },
@@ -228,7 +228,7 @@ fn a_real_mass_delete_completes_after_the_hold() {
     let (gone, kept) = objs.split_at(8);
     let mut e = Vec::new();
     for o in gone {
-        e.extend(h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(o.clone())));
+        e.extend(h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(o.clone().into())));
     }
     let all = answer_reads(&mut h, e, kept, &node(&[("pool", "a")]));
     assert!(destructive(&all).is_empty(), "held by the breaker");
@@ -245,7 +245,7 @@ fn a_deletion_timestamp_during_a_hold_is_read_again_after_it() {
     let (mut h, objs) = fleet_in_pool();
     let mut e = Vec::new();
     for o in &objs[..6] {
-        e.extend(h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(o.clone())));
+        e.extend(h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(o.clone().into())));
     }
     answer_reads(&mut h, e, &objs, &node(&[("pool", "a")]));
     // A deletionTimestamp while the breaker holds: no cleanup yet.
@@ -269,7 +269,7 @@ fn a_delete_during_a_held_placement_exit_is_not_lost_when_the_node_comes_back() 
     h.settle(e);
     h.input(Input::NodeObserved(node(&[])));
     let key = ModelKey::cluster("g0");
-    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(models[0].clone()));
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(models[0].clone().into()));
     assert!(matches!(pending_cause(&h.view(&key, "u0")), Some((Cause::WatchDeleted, _))), "{e:?}");
     // The Node comes back: the exits are cancelled, the delete candidate is not.
     h.input(Input::NodeObserved(node(&[("pool", "a")])));
@@ -333,7 +333,7 @@ fn a_retried_model_read_never_pairs_with_an_older_node_read() {
     h.input(Input::LiveRead { id: g1, result: ReadResult::Failed("503".into()) });
     // m2 leaves too; its exit is decided with a Node read answered now.
     let g2 = one_get(&h.apply(pool(m2.clone(), "b")));
-    let e = h.input(Input::LiveRead { id: g2, result: ReadResult::Found(pool(m2.clone(), "b")) });
+    let e = h.input(Input::LiveRead { id: g2, result: ReadResult::Found(pool(m2.clone(), "b").into()) });
     let n1 = one_node_get(&e);
     let e = h.input(Input::NodeRead { id: n1, result: NodeReadResult::Found(in_pool()) });
     assert!(matches!(destructive(&e)[..], [Op::Unpublish { .. }]));
@@ -341,7 +341,7 @@ fn a_retried_model_read_never_pairs_with_an_older_node_read() {
     let delay = read_retry_in(&h, &ModelKey::cluster("m"), "u1");
     let e = h.advance(delay);
     let g = one_get(&e);
-    let e = h.input(Input::LiveRead { id: g, result: ReadResult::Found(pool(m.clone(), "b")) });
+    let e = h.input(Input::LiveRead { id: g, result: ReadResult::Found(pool(m.clone(), "b").into()) });
     assert!(destructive(&e).is_empty(), "{e:?}");
     let n2 = one_node_get(&e);
     let e = h.input(Input::NodeRead { id: n2, result: NodeReadResult::Found(in_pool()) });
@@ -353,11 +353,11 @@ fn an_older_read_never_brings_back_a_uid_deleted_since() {
     // The property tests' seed 391372375570931987, reduced.
     let (mut h, key) = ready_local();
     let old = local("m", "u1");
-    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(old.clone()));
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(old.clone().into()));
     let read_old = one_get(&e);
     let new = local("m", "u5");
     h.apply(new.clone());
-    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(new.clone()));
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(new.clone().into()));
     let read_new = gets(&e).first().map(|g| g.0).unwrap_or(read_old);
     // The newer read answers first: u5 is gone, and its record is cleaned up.
     if read_new != read_old {
@@ -365,7 +365,7 @@ fn an_older_read_never_brings_back_a_uid_deleted_since() {
         h.settle(e);
     }
     // The older read, served while u5 was alive, answers last.
-    let e = h.input(Input::LiveRead { id: read_old, result: ReadResult::Found(new.clone()) });
+    let e = h.input(Input::LiveRead { id: read_old, result: ReadResult::Found(new.clone().into()) });
     let all = h.settle(e);
     assert!(
         !all.iter()
@@ -390,7 +390,7 @@ fn a_held_exit_answered_early_by_a_list_waits_out_the_hold_without_reading_the_n
     let (gone, kept) = objs.split_at(8);
     let mut e = Vec::new();
     for o in gone {
-        e.extend(h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(o.clone())));
+        e.extend(h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(o.clone().into())));
     }
     answer_reads(&mut h, e, kept, &in_pool());
     // m8 leaves the pool: both witnesses agree, and its withdrawal is held as well.

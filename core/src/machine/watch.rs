@@ -55,7 +55,7 @@ impl State {
     }
 
     /// An object seen alive (watch, relist or live read), as of step `seq`.
-    pub(super) fn on_object(&mut self, st: &mut Step, obj: ModelObject, seq: u64) {
+    pub(super) fn on_object(&mut self, st: &mut Step, obj: Arc<ModelObject>, seq: u64) {
         // The common steady-state event changes nothing the core uses: no work to do.
         // (A read-only look: no copy-on-write path is taken for it.)
         if let Some(inc) = self.slots.get(&obj.key).and_then(|s| s.current.as_ref())
@@ -66,7 +66,6 @@ impl State {
             return;
         }
         let key = obj.key.clone();
-        let obj = Arc::new(obj);
         st.dirty.push(key.clone());
         if !self.slots.contains_key(&key) {
             self.claims.add(&key);
