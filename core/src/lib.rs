@@ -10,6 +10,7 @@
 //! - [`machine`]: the state machine (`step`, `next_deadline`, readiness).
 //! - [`trace`]: recording and replaying the inputs of a run.
 
+pub mod compact;
 pub mod dest_path;
 pub mod lean;
 pub mod machine;

@@ -262,13 +262,13 @@ fn observe_incarnation(inc: &mut Incarnation, seen: &Seen, label_is_its: bool, d
         changed = true;
     }
     match (dir, &inc.fetched) {
-        (Some(dir), _) if inc.owned_dir.is_none() => {
-            inc.owned_dir = Some(dir.path.clone());
+        (Some(dir), _) if inc.owned_dir().is_none() => {
+            inc.set_owned_dir(Some(dir.path.clone()));
             changed = true;
         }
         // Ready, but the weights are gone from disk: fetch again (#834's drift).
-        (None, Fetched::Done { plan, .. }) if matches!(**plan, Plan::Download { .. }) => {
-            inc.owned_dir = None;
+        (None, Fetched::Done(done)) if matches!(done.plan, Plan::Download { .. }) => {
+            inc.set_owned_dir(None);
             inc.fetched = Fetched::No;
             changed = true;
         }

@@ -41,7 +41,7 @@ impl State {
             members[key.kind.index()][0] += usize::from(pending);
             members[key.kind.index()][1] += usize::from(due);
             for inc in slot.all() {
-                if let Some(at) = inc.timer_at
+                if let Some(at) = inc.timer_at.get()
                     && !self.timers.contains(&(at, inc_timer(key, inc.uid())))
                 {
                     return Err(format!("{key} {}: its timer at {at:?} is not registered", inc.uid()));
@@ -103,11 +103,11 @@ impl State {
     fn inc_inflight_invariants(&self, key: &ModelKey, inc: &Incarnation) -> Result<(), String> {
         // Paired with `emit_actions`: a download's run is the incarnation's effect in flight.
         if let Some(run) = &inc.download
-            && (inc.inflight != Some(run.id) || run.plan.fetch_into().is_none())
+            && (inc.inflight.get() != Some(run.id) || run.plan.fetch_into().is_none())
         {
             return Err(format!("{key} {}: download {:?} is not its effect in flight", inc.uid(), run.id));
         }
-        let Some(id) = inc.inflight else { return Ok(()) };
+        let Some(id) = inc.inflight.get() else { return Ok(()) };
         match self.inflight.get(&id) {
             Some(Owner::Inc { key: k, uid, .. }) if k == key && uid == inc.uid() => Ok(()),
             other => Err(format!("{key} {}: effect {id:?} in flight is owned by {other:?}", inc.uid())),
@@ -119,7 +119,7 @@ impl State {
         for (id, owner) in self.inflight.iter() {
             if let Owner::Inc { key, uid, .. } = owner {
                 let inc = self.slots.get(key).and_then(|s| s.all().find(|i| i.uid() == uid));
-                if inc.is_none_or(|i| i.inflight != Some(*id)) {
+                if inc.is_none_or(|i| i.inflight.get() != Some(*id)) {
                     return Err(format!("effect {id:?} of {key} {uid} has no incarnation waiting for it"));
                 }
             }

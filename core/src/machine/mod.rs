@@ -40,6 +40,7 @@ mod watch;
 
 use imbl::OrdMap;
 
+use crate::compact::WordOption;
 use crate::pcoll::{Map, RunSet, Set};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{BTreeMap, BTreeSet};
@@ -51,7 +52,9 @@ pub use claims::collision_reason;
 use drift::OrphanCheck;
 pub use io::*;
 pub use readiness::{Check, Readiness};
-pub use records::{DownloadRun, Fetched, Incarnation, Life, Plan, Published, ReadState, Sent, Slot};
+pub use records::{
+    DownloadRun, FetchDone, FetchFailed, Fetched, Incarnation, Life, Plan, Published, ReadState, Sent, Slot,
+};
 pub use tables::Want;
 use tables::{Context, IncOp, eligible_now, next_op, want};
 use timers::sync_timers;

@@ -56,7 +56,7 @@ impl State {
         let Some(inc) = slots.get_mut(&key).map(Arc::make_mut).and_then(|s| s.find_mut(&uid)) else {
             return;
         };
-        inc.inflight = None;
+        inc.inflight = WordOption::NONE;
         let run = inc.download.take();
         inc.changed_seq = st.seq;
         st.dirty.push(key.clone());
@@ -80,7 +80,7 @@ impl State {
             (Outcome::Failed(reason) | Outcome::Occupied(reason), what) => {
                 inc.effect_failed(&what);
                 let delay = inc.failed_once(config, prng);
-                inc.blocked_until = Some(now.plus_ms(delay));
+                inc.blocked_until = Some(now.plus_ms(delay)).into();
                 stats.effects_failed += 1;
                 st.notes.push(Note::EffectFailed { id, reason, retry_in_ms: delay });
             }
@@ -91,9 +91,9 @@ impl State {
                     IncOp::Unpublish => inc.published = Published::Nothing,
                     IncOp::Trash { name } => {
                         // What it fetched there is gone: placed here again, it fetches again.
-                        let gone = inc.owned_dir.take();
-                        if let Fetched::Done { plan, .. } = &inc.fetched
-                            && plan.fetch_into().map(|(_, dir)| dir) == gone.as_deref()
+                        let gone = inc.share.as_mut().and_then(|s| s.owned_dir.take());
+                        if let Fetched::Done(done) = &inc.fetched
+                            && done.plan.fetch_into().map(|(_, dir)| dir) == gone.as_deref()
                         {
                             inc.fetched = Fetched::No;
                         }
@@ -184,19 +184,19 @@ fn fetch_done(
         return resolved(inc, (config, prng), now, plan, String::new());
     }
     if marked && dest.is_some() {
-        inc.owned_dir = dest.clone();
+        inc.set_owned_dir(dest.clone());
     }
     match result {
         DownloadResult::Done { commit, metadata, bytes } => {
             inc.failures = 0;
             let commit = Some(commit).filter(|c| !c.is_empty()).map(|c| Arc::from(c.as_str()));
             let metadata = metadata.filter(|m| wire::model_config_fits(m)).map(|m| Arc::new(*m));
-            inc.fetched = Fetched::Done { plan: Box::new(plan), commit, metadata, bytes };
+            inc.fetched = Fetched::Done(Box::new(FetchDone { plan, commit, metadata, bytes }));
         }
         DownloadResult::Failed { reason, retry_after_ms } => {
             let delay = inc.failed_once(config, prng).max(retry_after_ms.unwrap_or(0));
             let reason = Arc::from(reason.as_str());
-            inc.fetched = Fetched::Failed { plan: Box::new(plan), reason, retry_at: now.plus_ms(delay) };
+            inc.fetched = Fetched::Failed(Box::new(FetchFailed { plan, reason, retry_at: now.plus_ms(delay) }));
         }
         DownloadResult::Cancelled => inc.fetched = Fetched::No,
     }
@@ -214,13 +214,13 @@ fn resolved(
 ) -> Option<String> {
     let Plan::Resolve { storage_uri } = &plan else {
         let reason = Arc::from("a resolve answered an effect that was not one");
-        inc.fetched = Fetched::Failed { plan: Box::new(plan), reason, retry_at: now };
+        inc.fetched = Fetched::Failed(Box::new(FetchFailed { plan, reason, retry_at: now }));
         return None;
     };
     if !shared::is_commit(&commit) {
         let delay = inc.failed_once(config, prng);
         let reason = Arc::from(format!("resolving {storage_uri} gave {commit:?}, not a commit").as_str());
-        inc.fetched = Fetched::Failed { plan: Box::new(plan), reason, retry_at: now.plus_ms(delay) };
+        inc.fetched = Fetched::Failed(Box::new(FetchFailed { plan, reason, retry_at: now.plus_ms(delay) }));
         return None;
     }
     inc.share_mut().resolved = Some((storage_uri.clone(), commit));

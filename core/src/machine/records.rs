@@ -3,8 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
+use thin_vec::ThinVec;
 
 use super::io::{Cause, Confirmation, EffectId};
+use crate::compact::WordOption;
 use crate::dest_path::{DestPath, dest_path};
 use crate::model::{ModelKey, ModelObject, Uid};
 use crate::time::Instant;
@@ -74,26 +76,35 @@ pub enum Published {
 
 /// The fetch (verify or download) of the weights.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// Boxed: every incarnation carries this field, and a record with the outcome inline was the
+/// largest field of every model's state (48 bytes against 16).
 pub enum Fetched {
     No,
-    /// Boxed: most incarnations never fetch, and every one carries this field.
-    Done {
-        plan: Box<Plan>,
-        /// The commit a download came from (`None` for a check, or an outcome without one).
-        #[serde(default)]
-        commit: Option<Arc<str>>,
-        /// What the model's config files say (at most `wire::MODEL_CONFIG_BYTES_MAX` as JSON).
-        #[serde(default)]
-        metadata: Option<Arc<crate::wire::ModelConfig>>,
-        /// The bytes of every file (0 for a check).
-        #[serde(default)]
-        bytes: u64,
-    },
-    Failed {
-        plan: Box<Plan>,
-        reason: Arc<str>,
-        retry_at: Instant,
-    },
+    Done(Box<FetchDone>),
+    Failed(Box<FetchFailed>),
+}
+
+/// A fetch that succeeded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FetchDone {
+    pub plan: Plan,
+    /// The commit a download came from (`None` for a check, or an outcome without one).
+    #[serde(default)]
+    pub commit: Option<Arc<str>>,
+    /// What the model's config files say (at most `wire::MODEL_CONFIG_BYTES_MAX` as JSON).
+    #[serde(default)]
+    pub metadata: Option<Arc<crate::wire::ModelConfig>>,
+    /// The bytes of every file (0 for a check).
+    #[serde(default)]
+    pub bytes: u64,
+}
+
+/// A fetch that failed: tried again at `retry_at`, or when the plan changes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FetchFailed {
+    pub plan: Plan,
+    pub reason: Arc<str>,
+    pub retry_at: Instant,
 }
 
 /// How the weights are made available; a changed plan (new URI or path) fetches again.
@@ -131,9 +142,12 @@ impl Plan {
     }
 }
 
-/// What a downloading incarnation shares with others (`shared.rs`): boxed, as most never download.
+/// What a downloading incarnation owns and shares with others (`shared.rs`): boxed, as most
+/// never download.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Share {
+    /// The directory beneath the models root that this agent downloaded for this uid.
+    pub owned_dir: Option<String>,
     /// The commit a `ReuseIfExists` revision resolved to: (storage URI, commit).
     pub resolved: Option<(String, String)>,
     /// The symlink this agent made, or found in place, for this uid: (link, copy), both beneath
@@ -167,22 +181,20 @@ pub struct Incarnation {
     pub life: Life,
     pub published: Published,
     pub fetched: Fetched,
-    /// Directory beneath the models root that this agent downloaded for this uid.
-    pub owned_dir: Option<String>,
     /// The step whose event gave `obj`: a read sent before it never replaces `obj` (newest view
     /// wins).
     pub view_seq: u64,
-    pub inflight: Option<EffectId>,
+    pub inflight: WordOption<EffectId>,
     /// Set while the effect in flight is a download: boxed, as few incarnations download.
     pub download: Option<Box<DownloadRun>>,
     /// Consecutive failed effects, for backoff; reset on success.
     pub failures: u32,
-    pub blocked_until: Option<Instant>,
+    pub blocked_until: WordOption<Instant>,
     /// Step of the last effect outcome or of creation: a snapshot requested before it is stale
     /// for this incarnation (milliseconds cannot order events of one instant).
     pub changed_seq: u64,
     /// The instant registered in the timer set for this incarnation.
-    pub timer_at: Option<Instant>,
+    pub timer_at: WordOption<Instant>,
     /// A colliding model that owns this one's shared label or entry key (noted when it changes).
     pub held_by: Option<ModelKey>,
     /// `Op::FillSpec` has landed for this incarnation (with `Config::update_model_spec`).
@@ -199,14 +211,13 @@ impl Incarnation {
             life: Life::Observed,
             published: Published::Unknown,
             fetched: Fetched::No,
-            owned_dir: None,
             view_seq: seq,
-            inflight: None,
+            inflight: WordOption::NONE,
             download: None,
             failures: 0,
-            blocked_until: None,
+            blocked_until: WordOption::NONE,
             changed_seq: seq,
-            timer_at: None,
+            timer_at: WordOption::NONE,
             held_by: None,
             spec_filled: false,
             share: None,
@@ -260,7 +271,7 @@ impl Incarnation {
     /// Might this incarnation have a label, an entry, weights or a link on this node?
     pub fn something_here(&self) -> bool {
         !matches!(self.published, Published::Nothing | Published::Unknown)
-            || self.owned_dir.is_some()
+            || self.owned_dir().is_some()
             || self.inflight.is_some()
             || self.link().is_some()
     }
@@ -274,6 +285,17 @@ impl Incarnation {
     pub fn resolved_for(&self, storage_uri: &str) -> Option<&str> {
         let (uri, commit) = self.share.as_ref()?.resolved.as_ref()?;
         (uri == storage_uri).then_some(commit.as_str())
+    }
+
+    /// The directory beneath the models root that this agent downloaded for this uid.
+    pub fn owned_dir(&self) -> Option<&str> {
+        self.share.as_ref()?.owned_dir.as_deref()
+    }
+
+    pub fn set_owned_dir(&mut self, dir: Option<String>) {
+        if dir.is_some() || self.share.is_some() {
+            self.share_mut().owned_dir = dir;
+        }
     }
 
     pub fn share_mut(&mut self) -> &mut Share {
@@ -300,7 +322,7 @@ impl Incarnation {
             _ => None,
         };
         let fetch = match self.fetched {
-            Fetched::Failed { retry_at, .. } => Some(retry_at),
+            Fetched::Failed(ref failed) => Some(failed.retry_at),
             _ => None,
         };
         let earlier = |a: Option<Instant>, b: Option<Instant>| match (a, b) {
@@ -308,7 +330,7 @@ impl Incarnation {
             (a, None) => a,
             (None, b) => b,
         };
-        earlier(earlier(read, self.blocked_until), fetch)
+        earlier(earlier(read, self.blocked_until.get()), fetch)
     }
 
     /// Wake: timers that have passed move their state on.
@@ -319,9 +341,9 @@ impl Incarnation {
             *read = ReadState::Due;
         }
         if self.blocked_until.is_some_and(|t| t <= now) {
-            self.blocked_until = None;
+            self.blocked_until = WordOption::NONE;
         }
-        if matches!(self.fetched, Fetched::Failed { retry_at, .. } if retry_at <= now) {
+        if matches!(&self.fetched, Fetched::Failed(failed) if failed.retry_at <= now) {
             self.fetched = Fetched::No;
         }
     }
@@ -342,8 +364,9 @@ pub struct Slot {
     /// The newest uid seen under this name.
     pub current: Option<Incarnation>,
     /// Older uids: pending confirmation or being cleaned up. Not bounded by a number: each is a
-    /// distinct object that existed, and each leaves once confirmed and cleaned.
-    pub former: Vec<Incarnation>,
+    /// distinct object that existed, and each leaves once confirmed and cleaned. A thin vector
+    /// (one word): most names never have a former uid.
+    pub former: ThinVec<Incarnation>,
     /// What the per-kind pending/due indexes hold for this name.
     pub indexed_pending: bool,
     pub indexed_due: bool,
@@ -351,6 +374,11 @@ pub struct Slot {
     /// it never brings back a uid the record no longer holds.
     pub event_seq: u64,
 }
+
+// The record every model keeps on every node (README, "bytes per model"): a field that would
+// grow it past this is boxed or packed (`compact::WordOption`).
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<Slot>() <= 248, "the per-model record grew");
 
 impl Slot {
     pub fn is_empty(&self) -> bool {

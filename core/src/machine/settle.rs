@@ -350,11 +350,11 @@ fn decide(env: &Env, key: &ModelKey, inc: &Incarnation, want: &Want, ctx: &Conte
 /// sweep), and a Ready shared copy whose owner or children changed is published again.
 fn share_step(inc: &mut Incarnation, ctx: &Context, want: &Want) -> bool {
     let mut copy_released = false;
-    if let (Want::Absent, Some(dir)) = (want, &inc.owned_dir) {
+    if let (Want::Absent, Some(dir)) = (want, inc.owned_dir()) {
         let copy = shared::in_artifacts(dir);
         let shared = ctx.dir.as_ref().is_some_and(|d| d.shared);
         if copy || shared {
-            inc.owned_dir = None;
+            inc.set_owned_dir(None);
             // The sweep is asked for only when no one else uses the copy: every snapshot gives
             // a leaving uid the copy its marker names again.
             copy_released = copy && !shared;
@@ -423,7 +423,7 @@ impl InPlace<'_> {
 fn waits_quietly(slot: &Slot, synced: bool, node: Option<&NodeView>, models_root: &str, now: Instant) -> bool {
     // `member_of` is none without a download, a directory owned or a spec that downloads.
     let uses_no_dir = |inc: &Incarnation| {
-        (inc.owned_dir.is_none() && !inc.obj.spec().is_some_and(|s| s.uri.as_ref().is_ok_and(|u| u.downloads())))
+        (inc.owned_dir().is_none() && !inc.obj.spec().is_some_and(|s| s.uri.as_ref().is_ok_and(|u| u.downloads())))
             || shared::member_draft(inc, models_root, (node, false)).is_none()
     };
     let waits = |inc: &Incarnation| {
@@ -490,7 +490,7 @@ fn label_fenced(env: &Env, slot: &Slot, inc: &Incarnation) -> bool {
 /// A directory it owns that is not kept for a reserved artifact, or its symlink (a download
 /// into its path would find the link in the way).
 fn owns_unreserved_dir(inc: &Incarnation) -> bool {
-    (inc.owned_dir.is_some() && !inc.obj.spec().is_some_and(|s| s.reserve_artifact)) || inc.link().is_some()
+    (inc.owned_dir().is_some() && !inc.obj.spec().is_some_and(|s| s.reserve_artifact)) || inc.link().is_some()
 }
 
 /// Emit each decided effect and mark it in flight for its incarnation; a Failed publish is
@@ -509,7 +509,7 @@ fn emit_actions(emitter: &mut Emitter, key: &ModelKey, slot: &mut Slot, actions:
         let owner = Owner::Inc { key: key.clone(), uid: uid.clone(), what };
         let id = emitter.emit(op, Some(owner));
         if let Some(inc) = slot.find_mut(&uid) {
-            inc.inflight = Some(id);
+            inc.inflight = Some(id).into();
             inc.download =
                 run.map(|(plan, co_owners)| Box::new(DownloadRun { id, plan, cancel_sent: false, co_owners }));
         }
@@ -525,7 +525,7 @@ fn drop_finished(
     finished: &[Uid],
 ) {
     for uid in finished {
-        let timer_at = slot.all().find(|i| i.uid() == uid).and_then(|i| i.timer_at);
+        let timer_at = slot.all().find(|i| i.uid() == uid).and_then(|i| i.timer_at.get());
         if slot.current.as_ref().is_some_and(|c| c.uid() == uid) {
             slot.current = None;
         } else {

@@ -223,11 +223,9 @@ pub fn member_draft<'a>(
         Some((uri, dir)) => (Some(uri), dir, false),
         // Leaving: what it owns, from the source it fetched it with.
         None => {
-            let dir = inc.owned_dir.as_deref()?;
+            let dir = inc.owned_dir()?;
             let fetched = match &inc.fetched {
-                Fetched::Done { plan, .. } => {
-                    plan.fetch_into().filter(|(_, d)| *d == dir).map(|(u, _)| Cow::Borrowed(u))
-                }
+                Fetched::Done(done) => done.plan.fetch_into().filter(|(_, d)| *d == dir).map(|(u, _)| Cow::Borrowed(u)),
                 _ => None,
             };
             (fetched, Cow::Borrowed(dir), inc.inflight.is_some())

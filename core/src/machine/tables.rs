@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use super::io::{Cause, Confirmation, Op, RootProbe};
-use super::records::{Fetched, Incarnation, Life, Plan, Published};
+use super::records::{FetchDone, Fetched, Incarnation, Life, Plan, Published};
 use super::shared::{self, DirView};
 use crate::model::ModelKey;
 use crate::placement::{NodeView, placement};
@@ -280,11 +280,11 @@ pub fn next_op(key: &ModelKey, inc: &Incarnation, want: &Want, ctx: &Context, no
         Want::Failed(reason) => publish_op(key, inc, ModelStatus::Failed, Some(reason), ctx),
         Want::Ready => publish_op(key, inc, ModelStatus::Ready, None, ctx),
         Want::Fetch(plan) => unlink_op(key, inc, Some(plan)).or_else(|| match &inc.fetched {
-            Fetched::Done { plan: done, .. } if **done == *plan => link_op(key, inc, plan)
+            Fetched::Done(done) if done.plan == *plan => link_op(key, inc, plan)
                 .or_else(|| publish_op(key, inc, ModelStatus::Ready, None, ctx))
                 .or_else(|| fill_spec_op(key, inc, ctx)),
-            Fetched::Failed { plan: failed, reason, .. } if **failed == *plan => {
-                publish_op(key, inc, ModelStatus::Failed, Some(reason), ctx)
+            Fetched::Failed(failed) if failed.plan == *plan => {
+                publish_op(key, inc, ModelStatus::Failed, Some(&failed.reason), ctx)
             }
             _ => fetch_op(key, inc, plan, ctx),
         }),
@@ -366,11 +366,12 @@ fn skips_updating(key: &ModelKey, inc: &Incarnation, plan: &Plan, ctx: &Context)
 
 /// Once Ready with metadata, and only with `--update-model-spec`: fill the spec's empty fields.
 fn fill_spec_op(key: &ModelKey, inc: &Incarnation, ctx: &Context) -> Option<(Op, IncOp)> {
-    let Fetched::Done { plan, metadata: Some(_), .. } = &inc.fetched else { return None };
+    let Fetched::Done(done) = &inc.fetched else { return None };
+    let FetchDone { plan, metadata: Some(_), .. } = &**done else { return None };
     if !ctx.update_model_spec || inc.spec_filled || ctx.held_by.is_some() {
         return None;
     }
-    let dir = match &**plan {
+    let dir = match plan {
         Plan::Verify { path } => path.clone(),
         Plan::Download { dest, .. } | Plan::Shared { copy: dest, .. } => dest.absolute.clone(),
         Plan::Resolve { .. } => return None,
@@ -384,10 +385,11 @@ fn fill_spec_op(key: &ModelKey, inc: &Incarnation, ctx: &Context) -> Option<(Op,
 /// copy's parent is its first member, whose `childrenPaths` lists the others' symlinks. A
 /// check without metadata publishes none; its artifact stays empty, as OME's is for `local://`.
 fn ready_config(key: &ModelKey, inc: &Incarnation, ctx: &Context) -> Option<ModelConfig> {
-    let Fetched::Done { plan, commit, metadata, .. } = &inc.fetched else { return None };
+    let Fetched::Done(done) = &inc.fetched else { return None };
+    let FetchDone { plan, commit, metadata, .. } = &**done;
     let parsed = || metadata.as_deref().cloned().unwrap_or_default();
     let sha = commit.as_deref().unwrap_or_default().to_string();
-    let (parent, dir, children) = match &**plan {
+    let (parent, dir, children) = match plan {
         Plan::Verify { .. } | Plan::Resolve { .. } => {
             return metadata.as_deref().map(|m| ModelConfig { artifact: Artifact::default(), ..m.clone() });
         }
@@ -422,13 +424,13 @@ fn withdraw_op(key: &ModelKey, inc: &Incarnation, ctx: &Context, now: Instant) -
     // A directory another member still uses is released instead (`drive`); one being written
     // to by another member waits for that download to end.
     let busy = ctx.dir.as_ref().is_some_and(|d| d.busy || d.shared);
-    match &inc.owned_dir {
+    match inc.owned_dir() {
         Some(path) if !reserved && !busy => {
             let name = format!("{}-{}", inc.uid(), now.as_ms());
             let op = Op::TrashDir {
                 key: Some(key.clone()),
                 uid: inc.uid().clone(),
-                path: path.clone(),
+                path: path.to_string(),
                 trash_name: name.clone(),
             };
             Some((op, IncOp::Trash { name }))

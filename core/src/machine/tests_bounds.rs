@@ -72,10 +72,10 @@ fn invariants_catch_a_broken_record() {
     let key = ModelKey::cluster("m");
     let mut broken = h.s.clone();
     let slot = Arc::make_mut(broken.slots.get_mut(&key).unwrap());
-    slot.current.as_mut().unwrap().timer_at = Some(Instant(123));
+    slot.current.as_mut().unwrap().timer_at = Some(Instant(123)).into();
     assert!(broken.invariants().unwrap_err().contains("not registered"));
     let mut broken = h.s.clone();
-    Arc::make_mut(broken.slots.get_mut(&key).unwrap()).current.as_mut().unwrap().inflight = Some(EffectId(999));
+    Arc::make_mut(broken.slots.get_mut(&key).unwrap()).current.as_mut().unwrap().inflight = Some(EffectId(999)).into();
     assert!(broken.invariants().unwrap_err().contains("in flight is owned by None"));
     let mut broken = h.s.clone();
     broken.kinds[Kind::ClusterBaseModel.index()].pending.insert(key.clone());

@@ -91,7 +91,7 @@ impl State {
                 TimerKey::Inc(IncTimer { key, uid }) => {
                     let Some(slot) = self.slots.get_mut(&key).map(Arc::make_mut) else { continue };
                     let Some(inc) = slot.find_mut(&uid) else { continue };
-                    inc.timer_at = None;
+                    inc.timer_at = WordOption::NONE;
                     inc.wake(st.now);
                     if !in_place!(self, st.now).settle(&key, slot, true) {
                         st.dirty.push(key);
@@ -132,16 +132,16 @@ impl State {
 pub(super) fn sync_timers(timers: &mut RunSet<(Instant, TimerKey)>, key: &ModelKey, slot: &mut Slot) {
     for inc in slot.all_mut() {
         let want = inc.wake_at();
-        if want == inc.timer_at {
+        if want == inc.timer_at.get() {
             continue;
         }
         let id = inc_timer(key, inc.uid());
-        if let Some(at) = inc.timer_at {
+        if let Some(at) = inc.timer_at.get() {
             timers.remove(&(at, id.clone()));
         }
         if let Some(at) = want {
             timers.insert((at, id));
         }
-        inc.timer_at = want;
+        inc.timer_at = want.into();
     }
 }

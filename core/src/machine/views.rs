@@ -61,8 +61,8 @@ impl State {
                 let bytes_of = |m: &shared::Member| {
                     let inc = self.slots.get(&m.key)?.all().find(|i| *i.uid() == m.uid)?;
                     match &inc.fetched {
-                        Fetched::Done { plan, bytes, .. } if plan.fetch_into().is_some_and(|(_, d)| d == &**dir) => {
-                            Some(*bytes)
+                        Fetched::Done(done) if done.plan.fetch_into().is_some_and(|(_, d)| d == &**dir) => {
+                            Some(done.bytes)
                         }
                         _ => None,
                     }
@@ -94,7 +94,7 @@ pub(super) fn views<'a>(key: &'a ModelKey, slot: &'a Slot) -> impl Iterator<Item
         life: inc.life.clone(),
         published: inc.published.clone(),
         fetched: inc.fetched.clone(),
-        owned_dir: inc.owned_dir.clone(),
+        owned_dir: inc.owned_dir().map(str::to_string),
         busy: inc.inflight.is_some(),
     })
 }

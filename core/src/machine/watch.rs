@@ -73,7 +73,7 @@ impl State {
         let slot = Arc::make_mut(self.slots.entry(key.clone()).or_insert_with(|| {
             Arc::new(Slot {
                 current: None,
-                former: Vec::new(),
+                former: thin_vec::ThinVec::new(),
                 indexed_pending: false,
                 indexed_due: false,
                 event_seq: 0,
