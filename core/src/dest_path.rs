@@ -15,13 +15,80 @@ pub const PATH_BYTES_MAX: usize = 4096;
 /// Longest single component (NAME_MAX).
 pub const COMPONENT_BYTES_MAX: usize = 255;
 
-/// A validated destination.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// A validated destination: one string, as every model that fetches keeps one in its record,
+/// in its plan and in each effect (the part beneath the root is a suffix of the absolute path).
+/// Serialised as the two paths.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "DestPathParts", try_from = "DestPathParts")]
 pub struct DestPath {
     /// Normalised absolute path (no `.` components, no repeated or trailing `/`).
-    pub absolute: String,
+    absolute: Box<str>,
+    /// Where the path relative to the models root starts in `absolute`; 0 when it is not
+    /// beneath the root (a relative path never starts at the leading `/`).
+    beneath_at: u32,
+}
+
+impl DestPath {
+    /// `absolute` (normalised), beneath the root from byte `beneath_at` (0: not beneath it).
+    fn new(absolute: String, beneath_at: usize) -> DestPath {
+        debug_assert!(absolute.len() <= PATH_BYTES_MAX && absolute.is_char_boundary(beneath_at));
+        let beneath_at = u32::try_from(beneath_at).expect("a path is at most PATH_BYTES_MAX bytes");
+        DestPath { absolute: absolute.into_boxed_str(), beneath_at }
+    }
+
+    /// `absolute` as it is relative to `root` (both normalised).
+    pub fn under_root(absolute: String, root: &str) -> DestPath {
+        let beneath_at = relative_part(root, &absolute).map_or(0, |rel| absolute.len() - rel.len());
+        DestPath::new(absolute, beneath_at)
+    }
+
+    /// Normalised absolute path (no `.` components, no repeated or trailing `/`).
+    pub fn absolute(&self) -> &str {
+        &self.absolute
+    }
+
     /// The same path relative to the models root, when it is beneath it.
-    pub beneath_root: Option<String>,
+    pub fn beneath_root(&self) -> Option<&str> {
+        (self.beneath_at > 0).then(|| &self.absolute[self.beneath_at as usize..])
+    }
+}
+
+impl std::fmt::Debug for DestPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DestPath")
+            .field("absolute", &self.absolute())
+            .field("beneath_root", &self.beneath_root())
+            .finish()
+    }
+}
+
+/// `DestPath` as it is serialised (traces, effects): both paths.
+#[derive(Serialize, Deserialize)]
+struct DestPathParts {
+    absolute: String,
+    beneath_root: Option<String>,
+}
+
+impl From<DestPath> for DestPathParts {
+    fn from(d: DestPath) -> Self {
+        DestPathParts { beneath_root: d.beneath_root().map(str::to_string), absolute: d.absolute().into() }
+    }
+}
+
+impl TryFrom<DestPathParts> for DestPath {
+    type Error = String;
+
+    fn try_from(parts: DestPathParts) -> Result<Self, String> {
+        let Some(rel) = parts.beneath_root.filter(|r| !r.is_empty()) else {
+            return Ok(DestPath::new(parts.absolute, 0));
+        };
+        let beneath_at = parts.absolute.len().saturating_sub(rel.len());
+        let suffix = beneath_at > 0 && parts.absolute.ends_with(&*rel) && parts.absolute[..beneath_at].ends_with('/');
+        if !suffix || parts.absolute.len() > PATH_BYTES_MAX {
+            return Err(format!("{rel:?} is not the end of the path {:?} beneath its root", parts.absolute));
+        }
+        Ok(DestPath::new(parts.absolute, beneath_at))
+    }
 }
 
 /// Lexically normalise an absolute path, rejecting what the agent must never act on.
@@ -59,8 +126,12 @@ pub fn normalize_absolute(path: &str) -> Result<String, String> {
 
 /// `rel` when `path` is strictly beneath `root` (both normalised), else `None`.
 pub fn relative_to(root: &str, path: &str) -> Option<String> {
+    relative_part(root, path).map(str::to_string)
+}
+
+fn relative_part<'a>(root: &str, path: &'a str) -> Option<&'a str> {
     let rest = if root == "/" { path.strip_prefix('/')? } else { path.strip_prefix(root)?.strip_prefix('/')? };
-    (!rest.is_empty()).then(|| rest.to_string())
+    (!rest.is_empty()).then_some(rest)
 }
 
 /// The destination for a model's weights: `spec.storage.path`, or `<root>/<storageUri>` when it
@@ -77,15 +148,16 @@ pub fn dest_path(spec: &ModelSpec, models_root: &str) -> Result<Option<DestPath>
     };
     let root = normalize_absolute(models_root).map_err(|e| format!("models root: {e}"))?;
     let absolute = normalize_absolute(&raw).map_err(|e| format!("spec.storage.path rejected: {e}"))?;
-    let beneath_root = relative_to(&root, &absolute);
-    if provisioning == Provisioning::Download && beneath_root.is_none() {
+    let dest = DestPath::under_root(absolute, &root);
+    if provisioning == Provisioning::Download && dest.beneath_root().is_none() {
         return Err(format!(
-            "spec.storage.path rejected: {absolute:?} is not beneath the models root {root:?}; \
+            "spec.storage.path rejected: {:?} is not beneath the models root {root:?}; \
              {} downloads only go beneath it",
+            dest.absolute(),
             uri.scheme()
         ));
     }
-    Ok(Some(DestPath { absolute, beneath_root }))
+    Ok(Some(dest))
 }
 
 #[cfg(test)]
@@ -99,16 +171,16 @@ mod tests {
     #[test]
     fn explicit_path_beneath_root() {
         let d = dest("hf://a/b", Some("/mnt/models/llama//8b/")).unwrap().unwrap();
-        assert_eq!(d.absolute, "/mnt/models/llama/8b");
-        assert_eq!(d.beneath_root.as_deref(), Some("llama/8b"));
+        assert_eq!(d.absolute(), "/mnt/models/llama/8b");
+        assert_eq!(d.beneath_root(), Some("llama/8b"));
     }
 
     #[test]
     fn empty_path_derives_from_the_uri_like_ome() {
         let d = dest("hf://org/model", Some("")).unwrap().unwrap();
-        assert_eq!(d.absolute, "/mnt/models/hf:/org/model");
-        assert_eq!(d.beneath_root.as_deref(), Some("hf:/org/model"));
-        assert_eq!(dest("hf://org/model", None).unwrap().unwrap().absolute, "/mnt/models/hf:/org/model");
+        assert_eq!(d.absolute(), "/mnt/models/hf:/org/model");
+        assert_eq!(d.beneath_root(), Some("hf:/org/model"));
+        assert_eq!(dest("hf://org/model", None).unwrap().unwrap().absolute(), "/mnt/models/hf:/org/model");
     }
 
     #[test]
@@ -134,6 +206,29 @@ mod tests {
     }
 
     #[test]
+    fn serialised_as_both_paths_and_read_back_only_when_one_ends_the_other() {
+        let d = dest("hf://a/b", Some("/mnt/models/llama/8b")).unwrap().unwrap();
+        let json = serde_json::to_value(&d).unwrap();
+        assert_eq!(json, serde_json::json!({"absolute": "/mnt/models/llama/8b", "beneath_root": "llama/8b"}));
+        assert_eq!(serde_json::from_value::<DestPath>(json).unwrap(), d);
+        let outside = dest("local:///data/x", None).unwrap().unwrap();
+        let json = serde_json::to_value(&outside).unwrap();
+        assert_eq!(json, serde_json::json!({"absolute": "/data/x", "beneath_root": null}));
+        assert_eq!(serde_json::from_value::<DestPath>(json).unwrap(), outside);
+        for (absolute, rel) in [("/mnt/models/a", "b"), ("/mnt/models/xa", "a"), ("/a", "/a"), ("a", "a")] {
+            let json = serde_json::json!({"absolute": absolute, "beneath_root": rel});
+            assert!(serde_json::from_value::<DestPath>(json).is_err(), "{absolute} {rel}");
+        }
+    }
+
+    #[test]
+    fn a_copy_beneath_the_filesystem_root_is_beneath_it() {
+        let d = DestPath::under_root("/_artifacts/o/r/c".into(), "/");
+        assert_eq!((d.absolute(), d.beneath_root()), ("/_artifacts/o/r/c", Some("_artifacts/o/r/c")));
+        assert_eq!(DestPath::under_root("/mnt/modelsx/a".into(), "/mnt/models").beneath_root(), None);
+    }
+
+    #[test]
     fn normal_paths_come_back_as_they_are_and_others_normalised() {
         for (path, normal) in [
             ("/", "/"),
@@ -152,10 +247,10 @@ mod tests {
     #[test]
     fn local_may_live_outside_the_root_but_must_still_be_sane() {
         let d = dest("local:///data/share/m", None).unwrap().unwrap();
-        assert_eq!(d.absolute, "/data/share/m");
-        assert_eq!(d.beneath_root, None);
+        assert_eq!(d.absolute(), "/data/share/m");
+        assert_eq!(d.beneath_root(), None);
         let d = dest("local:///ignored", Some("/mnt/models/m")).unwrap().unwrap();
-        assert_eq!(d.beneath_root.as_deref(), Some("m"));
+        assert_eq!(d.beneath_root(), Some("m"));
         assert!(dest("local://relative/m", None).unwrap_err().contains("relative"));
         assert!(dest("local:///a/../b", None).unwrap_err().contains("'..'"));
     }

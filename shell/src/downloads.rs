@@ -105,7 +105,7 @@ pub async fn execute(c: Ctx, request: Request, mut cancel: watch::Receiver<bool>
             c.metrics.download_ended(&request.key, &end, started.elapsed(), from_store);
             log_end(&request, &end);
             let metadata = match end.result.is_ok() && request.parse_metadata {
-                true => crate::agent::model_metadata(&c, &request.key, &request.dest.absolute).await,
+                true => crate::agent::model_metadata(&c, &request.key, request.dest.absolute()).await,
                 false => None,
             };
             core_end(end, metadata)
@@ -117,8 +117,8 @@ pub async fn execute(c: Ctx, request: Request, mut cancel: watch::Receiver<bool>
 
 async fn run(c: &Ctx, request: &Request, cancel: watch::Receiver<bool>) -> Ended {
     let failed = |reason: String| Ended { marked: false, result: Err(DownloadError::NotStarted(reason)) };
-    let Some(dest_rel) = request.dest.beneath_root.clone() else {
-        return failed(format!("{} is not beneath the models root", request.dest.absolute));
+    let Some(dest_rel) = request.dest.beneath_root().map(str::to_string) else {
+        return failed(format!("{} is not beneath the models root", request.dest.absolute()));
     };
     let (repo_id, revision, token, store) = match source_of(c, request).await {
         Ok(source) => source,
@@ -246,7 +246,7 @@ fn core_end(end: Ended, metadata: Option<Box<ModelConfig>>) -> DownloadEnd {
 }
 
 fn log_end(request: &Request, end: &Ended) {
-    let (key, uid, dest) = (&request.key, &request.uid, &request.dest.absolute);
+    let (key, uid, dest) = (&request.key, &request.uid, &request.dest.absolute());
     match &end.result {
         Ok(f) => {
             model_log!(info, key, uid, dest = %dest, commit = %f.commit, files = f.files, bytes_fetched = f.bytes_fetched, adopted_files = f.adopted_files, "download complete")

@@ -118,7 +118,7 @@ impl Upstream {
         let op = match (uri.provisioning(), dest) {
             (Provisioning::VerifyLocal, Some(d)) => {
                 let (key, uid) = (obj.key.clone(), obj.uid.clone());
-                Some(Op::VerifyLocal { key, uid, path: d.absolute, parse_metadata: false })
+                Some(Op::VerifyLocal { key, uid, path: d.absolute().to_string(), parse_metadata: false })
             }
             (Provisioning::Download, Some(d)) => Some(Op::Download {
                 co_owners: Vec::new(),
@@ -148,10 +148,13 @@ impl Upstream {
         let downloaded = obj.spec().and_then(|s| s.uri.as_ref().ok()).is_some_and(|u| u.downloads());
         if let (true, Some(spec)) = (downloaded, obj.spec())
             && let Ok(Some(dest)) = dest_path(spec, &self.models_root)
-            && let Some(path) = dest.beneath_root
+            && let Some(path) = dest.beneath_root()
         {
             let trash_name = format!("{}-upstream-removeall", obj.uid);
-            self.emit(out, Op::TrashDir { key: Some(obj.key.clone()), uid: obj.uid.clone(), path, trash_name });
+            self.emit(
+                out,
+                Op::TrashDir { key: Some(obj.key.clone()), uid: obj.uid.clone(), path: path.to_string(), trash_name },
+            );
         }
     }
 

@@ -502,9 +502,9 @@ impl World {
                 Op::TrashDir { .. } => self.counters.trash_effects += 1,
                 Op::Download { dest, uid, .. } => {
                     self.counters.downloads += 1;
-                    if let Some(path) = &dest.beneath_root {
+                    if let Some(path) = dest.beneath_root() {
                         let running = (generation, effect.id);
-                        self.nodes[node].downloads_running.insert((path.clone(), uid.clone()), running);
+                        self.nodes[node].downloads_running.insert((path.to_string(), uid.clone()), running);
                     }
                 }
                 _ => {}
@@ -722,8 +722,8 @@ impl World {
         co_owners: &[Uid],
     ) -> Option<Input> {
         let cancelled = self.nodes[node].downloads_cancelled.remove(&id);
-        if let Some(path) = &dest.beneath_root {
-            let key = (path.clone(), uid.clone());
+        if let Some(path) = dest.beneath_root() {
+            let key = (path.to_string(), uid.clone());
             if self.nodes[node].downloads_running.get(&key).is_some_and(|(_, running)| *running == id) {
                 self.nodes[node].downloads_running.remove(&key);
             }
@@ -731,8 +731,8 @@ impl World {
         if !self.nodes[node].root_writable {
             return Some(Input::EffectDone { id, outcome: fail("read-only file system") });
         }
-        let Some(path) = &dest.beneath_root else {
-            self.violation_on(node, None, format!("download outside the models root: {}", dest.absolute));
+        let Some(path) = dest.beneath_root() else {
+            self.violation_on(node, None, format!("download outside the models root: {}", dest.absolute()));
             return Some(Input::EffectDone { id, outcome: fail("outside the models root") });
         };
         // As the real shell does: never download into a directory whose marker names none of
@@ -741,7 +741,7 @@ impl World {
         if let Some(marker) = self.nodes[node].dirs.get(path)
             && marker.is_disjoint(&owners)
         {
-            let reason = format!("{} belongs to uids {marker:?}", dest.absolute);
+            let reason = format!("{} belongs to uids {marker:?}", dest.absolute());
             return Some(Input::EffectDone { id, outcome: fail(&reason) });
         }
         if let Some(link) = self.nodes[node].links.get(path) {

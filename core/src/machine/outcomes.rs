@@ -63,13 +63,14 @@ impl State {
         match (outcome, what) {
             (outcome, IncOp::Fetch { plan }) => {
                 let co_owners = run.map(|r| r.co_owners).unwrap_or_default();
-                if let Some(dir) = fetch_done(inc, (config, prng), now, plan, outcome) {
+                // The run is dropped: the plan is this one's alone, and moves without a copy.
+                if let Some(dir) = fetch_done(inc, (config, prng), now, Arc::unwrap_or_clone(plan), outcome) {
                     shared::marked(dirs, &dir, std::iter::once(uid.clone()).chain(co_owners));
                 }
             }
-            (Outcome::Occupied(reason), IncOp::Link { link, .. }) => {
+            (Outcome::Occupied(reason), IncOp::Link { paths }) => {
                 st.notes.push(Note::LinkRefused { key: key.clone(), uid: uid.clone(), reason });
-                inc.share_mut().refused_at = Some(link);
+                inc.share_mut().refused_at = Some(paths.link);
             }
             // Best effort (the controller fills the same fields from the entry): a failure, logged
             // by the shell, is not retried for this incarnation and holds back nothing else.
@@ -102,7 +103,7 @@ impl State {
                         timers.insert((purge_at, TimerKey::Purge(name)));
                     }
                     IncOp::FillSpec => inc.spec_filled = true,
-                    IncOp::Link { link, copy } => inc.share_mut().link = Some((link, copy)),
+                    IncOp::Link { paths } => inc.share_mut().link = Some((paths.link, paths.copy)),
                     IncOp::Unlink => inc.share_mut().link = None,
                     IncOp::Fetch { .. } => unreachable!("matched by the first arm"),
                 }

@@ -135,8 +135,8 @@ impl Plan {
     /// incarnations with the same pair share one directory (`shared.rs`).
     pub fn fetch_into(&self) -> Option<(&str, &str)> {
         match self {
-            Plan::Download { storage_uri, dest } => Some((storage_uri, dest.beneath_root.as_deref()?)),
-            Plan::Shared { storage_uri, copy, .. } => Some((storage_uri, copy.beneath_root.as_deref()?)),
+            Plan::Download { storage_uri, dest } => Some((storage_uri, dest.beneath_root()?)),
+            Plan::Shared { storage_uri, copy, .. } => Some((storage_uri, copy.beneath_root()?)),
             Plan::Verify { .. } | Plan::Resolve { .. } => None,
         }
     }
@@ -165,7 +165,8 @@ pub struct Share {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DownloadRun {
     pub id: EffectId,
-    pub plan: Plan,
+    /// Shared with the effect's `IncOp::Fetch`.
+    pub plan: Arc<Plan>,
     /// `Op::CancelDownload` was sent: the outcome is awaited, nothing more is asked.
     pub cancel_sent: bool,
     /// The other uids the download writes into the marker.
@@ -378,7 +379,7 @@ pub struct Slot {
 // The record every model keeps on every node (README, "bytes per model"): a field that would
 // grow it past this is boxed or packed (`compact::WordOption`).
 #[cfg(target_pointer_width = "64")]
-const _: () = assert!(std::mem::size_of::<Slot>() <= 248, "the per-model record grew");
+const _: () = assert!(std::mem::size_of::<Slot>() <= 232, "the per-model record grew");
 
 impl Slot {
     pub fn is_empty(&self) -> bool {

@@ -102,9 +102,8 @@ pub fn copy_dest(models_root: &str, org: &str, repo: &str, commit: &str) -> Resu
             return Err(format!("{org}/{repo} cannot name a shared copy"));
         }
     }
-    let rel = format!("{ARTIFACTS_DIR}/{org}/{repo}/{commit}");
-    let absolute = format!("{}/{rel}", models_root.trim_end_matches('/'));
-    Ok(DestPath { absolute, beneath_root: Some(rel) })
+    let root = models_root.trim_end_matches('/');
+    Ok(DestPath::under_root(format!("{root}/{ARTIFACTS_DIR}/{org}/{repo}/{commit}"), root))
 }
 
 /// `(org, repo, commit)` of a copy's path beneath the root.
@@ -141,11 +140,11 @@ fn choose_plan(
     dest: &DestPath,
     models_root: &str,
 ) -> Result<Choice, String> {
-    let rel = dest.beneath_root.as_deref().unwrap_or_default();
+    let rel = dest.beneath_root().unwrap_or_default();
     if in_artifacts(rel) {
         return Err(format!(
             "spec.storage.path {:?} is inside {ARTIFACTS_DIR}/, where the agent keeps shared copies",
-            dest.absolute
+            dest.absolute()
         ));
     }
     let refused = inc.share.as_ref().and_then(|s| s.refused_at.as_deref()) == Some(rel);
@@ -206,7 +205,7 @@ pub fn member_draft<'a>(
         (Some(spec), Ok(Some(dest))) if spec.uri.as_ref().is_ok_and(|u| u.downloads()) && placed() => {
             match choose_plan(inc, spec, dest, models_root) {
                 Ok(Choice::Own) => {
-                    dest.beneath_root.as_deref().map(|dir| (Cow::Borrowed(&*spec.storage_uri), Cow::Borrowed(dir)))
+                    dest.beneath_root().map(|dir| (Cow::Borrowed(&*spec.storage_uri), Cow::Borrowed(dir)))
                 }
                 Ok(Choice::Other(plan)) => {
                     plan.fetch_into().map(|(u, d)| (Cow::Owned(u.to_owned()), Cow::Owned(d.to_owned())))

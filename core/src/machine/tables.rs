@@ -229,7 +229,7 @@ pub fn want(inc: &Incarnation, ctx: &Context) -> Want {
     match (uri.provisioning(), dest) {
         (Provisioning::Nothing, _) => Want::Ready,
         (Provisioning::NotOnNodes, _) => Want::Hold,
-        (Provisioning::VerifyLocal, Some(dest)) => Want::Fetch(Plan::Verify { path: dest.absolute.clone() }),
+        (Provisioning::VerifyLocal, Some(dest)) => Want::Fetch(Plan::Verify { path: dest.absolute().to_string() }),
         (Provisioning::Download, Some(dest)) => match ctx.root {
             // Unknown (not probed, or the filesystem did not answer): neither fetch nor fail.
             None => Want::Hold,
@@ -263,13 +263,31 @@ pub fn read_only_reason(models_root: &str, root: &RootProbe, scheme: &str) -> St
 /// What an effect in flight does for its incarnation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum IncOp {
-    Publish { status: ModelStatus, reason: Option<Arc<str>> },
+    Publish {
+        status: ModelStatus,
+        reason: Option<Arc<str>>,
+    },
     Unpublish,
-    Fetch { plan: Plan },
-    Trash { name: String },
+    /// Shared with the download's `DownloadRun`.
+    Fetch {
+        plan: Arc<Plan>,
+    },
+    Trash {
+        name: String,
+    },
     FillSpec,
-    Link { link: String, copy: String },
+    /// Boxed, as it is rare: every effect in flight is kept with its `IncOp`.
+    Link {
+        paths: Box<LinkPaths>,
+    },
     Unlink,
+}
+
+/// The symlink an `Op::Link` makes (`link`) and the copy it points at, both beneath the root.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinkPaths {
+    pub link: String,
+    pub copy: String,
 }
 
 /// The next effect an incarnation needs, if any. Pure: one arm per `Want`.
@@ -297,7 +315,7 @@ fn unlink_op(key: &ModelKey, inc: &Incarnation, plan: Option<&Plan>) -> Option<(
     let (link, copy) = inc.link()?;
     let kept = match plan {
         Some(Plan::Shared { copy: c, link: l, .. }) => {
-            l.beneath_root.as_ref() == Some(link) && c.beneath_root.as_ref() == Some(copy)
+            l.beneath_root() == Some(link.as_str()) && c.beneath_root() == Some(copy.as_str())
         }
         _ => false,
     };
@@ -311,12 +329,12 @@ fn unlink_op(key: &ModelKey, inc: &Incarnation, plan: Option<&Plan>) -> Option<(
 /// A shared copy in place: this model's symlink to it, if it is not there yet.
 fn link_op(key: &ModelKey, inc: &Incarnation, plan: &Plan) -> Option<(Op, IncOp)> {
     let Plan::Shared { copy, link, .. } = plan else { return None };
-    let (link, copy) = (link.beneath_root.clone()?, copy.beneath_root.clone()?);
+    let (link, copy) = (link.beneath_root().map(str::to_string)?, copy.beneath_root().map(str::to_string)?);
     if inc.link() == Some(&(link.clone(), copy.clone())) {
         return None;
     }
     let op = Op::Link { key: key.clone(), uid: inc.uid().clone(), link: link.clone(), copy: copy.clone() };
-    Some((op, IncOp::Link { link, copy }))
+    Some((op, IncOp::Link { paths: Box::new(LinkPaths { link, copy }) }))
 }
 
 /// Publish `status` (and `reason`) unless that is what is published already.
@@ -373,7 +391,7 @@ fn fill_spec_op(key: &ModelKey, inc: &Incarnation, ctx: &Context) -> Option<(Op,
     }
     let dir = match plan {
         Plan::Verify { path } => path.clone(),
-        Plan::Download { dest, .. } | Plan::Shared { copy: dest, .. } => dest.absolute.clone(),
+        Plan::Download { dest, .. } | Plan::Shared { copy: dest, .. } => dest.absolute().to_string(),
         Plan::Resolve { .. } => return None,
     };
     Some((Op::FillSpec { key: key.clone(), uid: inc.uid().clone(), dir }, IncOp::FillSpec))
@@ -399,8 +417,11 @@ fn ready_config(key: &ModelKey, inc: &Incarnation, ctx: &Context) -> Option<Mode
             None => (wire::configmap_key(key), copy, Vec::new()),
         },
     };
-    let artifact =
-        Artifact { sha, parent_path: Some([(parent, dir.absolute.clone())].into()), children_paths: Some(children) };
+    let artifact = Artifact {
+        sha,
+        parent_path: Some([(parent, dir.absolute().to_string())].into()),
+        children_paths: Some(children),
+    };
     Some(ModelConfig { artifact, ..parsed() })
 }
 
@@ -460,11 +481,11 @@ fn fetch_op(key: &ModelKey, inc: &Incarnation, plan: &Plan, ctx: &Context) -> Op
         }
         Plan::Resolve { storage_uri } => {
             let link = match &inc.dest {
-                Ok(Some(dest)) => dest.beneath_root.clone().unwrap_or_default(),
+                Ok(Some(dest)) => dest.beneath_root().map(str::to_string).unwrap_or_default(),
                 _ => String::new(),
             };
             Op::Resolve { key, uid, storage_uri: storage_uri.clone(), link }
         }
     };
-    Some((op, IncOp::Fetch { plan: plan.clone() }))
+    Some((op, IncOp::Fetch { plan: Arc::new(plan.clone()) }))
 }

@@ -641,7 +641,7 @@ fn downloading_model_owns_its_dir_and_trashes_it_after_a_confirmed_delete() {
         if let Op::Download { dest, storage_uri, .. } = &e.op { Some((dest, storage_uri)) } else { None }
     });
     let (dest, uri) = dl.expect("a download");
-    assert_eq!(dest.absolute, "/mnt/models/m");
+    assert_eq!(dest.absolute(), "/mnt/models/m");
     assert_eq!(uri, "hf://org/repo");
     let key = ModelKey::cluster("m");
     let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(hf("m", "u1").into()));
