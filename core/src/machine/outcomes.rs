@@ -70,7 +70,7 @@ impl State {
             }
             (Outcome::Occupied(reason), IncOp::Link { paths }) => {
                 st.notes.push(Note::LinkRefused { key: key.clone(), uid: uid.clone(), reason });
-                inc.share_mut().refused_at = Some(paths.link);
+                inc.share_mut().refused_at = Some(paths.link.into_boxed_str());
             }
             // Best effort (the controller fills the same fields from the entry): a failure, logged
             // by the shell, is not retried for this incarnation and holds back nothing else.
@@ -103,7 +103,7 @@ impl State {
                         timers.insert((purge_at, TimerKey::Purge(name)));
                     }
                     IncOp::FillSpec => inc.spec_filled = true,
-                    IncOp::Link { paths } => inc.share_mut().link = Some((paths.link, paths.copy)),
+                    IncOp::Link { paths } => inc.share_mut().link = Some(Box::new((paths.link, paths.copy))),
                     IncOp::Unlink => inc.share_mut().link = None,
                     IncOp::Fetch { .. } => unreachable!("matched by the first arm"),
                 }
@@ -224,7 +224,7 @@ fn resolved(
         inc.fetched = Fetched::Failed(Box::new(FetchFailed { plan, reason, retry_at: now.plus_ms(delay) }));
         return None;
     }
-    inc.share_mut().resolved = Some((storage_uri.clone(), commit));
+    inc.share_mut().resolved = Some(Box::new((storage_uri.clone(), commit)));
     inc.failures = 0;
     inc.fetched = Fetched::No;
     None

@@ -149,12 +149,12 @@ pub struct Share {
     /// The directory beneath the models root that this agent downloaded for this uid.
     pub owned_dir: Option<String>,
     /// The commit a `ReuseIfExists` revision resolved to: (storage URI, commit).
-    pub resolved: Option<(String, String)>,
+    pub resolved: Option<Box<(String, String)>>,
     /// The symlink this agent made, or found in place, for this uid: (link, copy), both beneath
     /// the root.
-    pub link: Option<(String, String)>,
+    pub link: Option<Box<(String, String)>>,
     /// Something else is at this link path: the model downloads its own copy there instead.
-    pub refused_at: Option<String>,
+    pub refused_at: Option<Box<str>>,
     /// The directory this incarnation is a member of in `State::dirs`, and as what.
     pub registered: Option<(Arc<str>, super::shared::Member)>,
     /// The shape of the artifact last published (its owner and children): a change republishes.
@@ -279,12 +279,12 @@ impl Incarnation {
 
     /// The symlink this agent made for this uid: (link, copy), both beneath the root.
     pub fn link(&self) -> Option<&(String, String)> {
-        self.share.as_ref().and_then(|s| s.link.as_ref())
+        self.share.as_ref().and_then(|s| s.link.as_deref())
     }
 
     /// The commit `storage_uri` resolved to for this uid, if it has.
     pub fn resolved_for(&self, storage_uri: &str) -> Option<&str> {
-        let (uri, commit) = self.share.as_ref()?.resolved.as_ref()?;
+        let (uri, commit) = self.share.as_ref()?.resolved.as_deref()?;
         (uri == storage_uri).then_some(commit.as_str())
     }
 

@@ -37,7 +37,7 @@ pub struct Member {
     /// Leaving, with an effect in flight: it may be moving the directory to the trash.
     pub trashing: bool,
     /// Its symlink to the directory (absolute), for the artifact's `childrenPaths`.
-    pub link_abs: Option<String>,
+    pub link_abs: Option<Box<str>>,
 }
 
 /// Everyone using one directory beneath the root.
@@ -238,7 +238,7 @@ pub fn member_draft<'a>(
 impl MemberDraft<'_> {
     /// The directory and the member, made.
     pub fn made(self, key: &ModelKey, uid: &Uid, models_root: &str) -> (Arc<str>, Member) {
-        let link_abs = self.link_at.map(|at| format!("{}/{at}", models_root.trim_end_matches('/')));
+        let link_abs = self.link_at.map(|at| format!("{}/{at}", models_root.trim_end_matches('/')).into_boxed_str());
         let source = self.source.map(|s| Arc::from(&*s));
         let (alive, downloading, trashing) = (self.alive, self.downloading, self.trashing);
         let member = Member { key: key.clone(), uid: uid.clone(), source, alive, downloading, trashing, link_abs };
@@ -297,7 +297,7 @@ fn artifact_view(using: &DirUse, me: &Member) -> ArtifactView {
     let owner = same.first().map_or(&me.key, |m| &m.key);
     let children = if *owner == me.key {
         let mut links: Vec<String> =
-            same.iter().filter(|m| m.uid != me.uid).filter_map(|m| m.link_abs.clone()).collect();
+            same.iter().filter(|m| m.uid != me.uid).filter_map(|m| m.link_abs.as_deref().map(str::to_string)).collect();
         links.sort();
         links
     } else {
@@ -360,6 +360,8 @@ fn join(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &Arc<str>, member: Member, a
     let using = Arc::make_mut(dirs.entry(dir.clone()).or_default());
     affected.extend(using.members.iter().map(|m| m.key.clone()));
     let at = using.members.partition_point(|m| (&m.key, &m.uid) < (&member.key, &member.uid));
+    // Most directories have one member: a vector grown by doubling would hold room for four.
+    using.members.reserve_exact(1);
     using.members.insert(at, member);
 }
 
