@@ -24,7 +24,7 @@ impl Word for Instant {
     }
 }
 
-/// Effect ids count up from zero, one per effect: `u64::MAX` is never reached.
+/// Effect ids count up from one, one per effect: `u64::MAX` is never reached.
 impl Word for EffectId {
     fn to_word(self) -> u64 {
         debug_assert!(self.0 != u64::MAX, "an effect id at the counter's end");

@@ -36,7 +36,8 @@ impl DestPath {
         DestPath { absolute: absolute.into_boxed_str(), beneath_at }
     }
 
-    /// `absolute` as it is relative to `root` (both normalised).
+    /// `absolute` as it is relative to `root` (both normalised, or `root` with its trailing `/`
+    /// trimmed: `""` for the filesystem root); at most `PATH_BYTES_MAX` bytes.
     pub fn under_root(absolute: String, root: &str) -> DestPath {
         let beneath_at = relative_part(root, &absolute).map_or(0, |rel| absolute.len() - rel.len());
         DestPath::new(absolute, beneath_at)
@@ -79,12 +80,15 @@ impl TryFrom<DestPathParts> for DestPath {
     type Error = String;
 
     fn try_from(parts: DestPathParts) -> Result<Self, String> {
+        if parts.absolute.len() > PATH_BYTES_MAX {
+            return Err(format!("a path of {} bytes, over {PATH_BYTES_MAX}", parts.absolute.len()));
+        }
         let Some(rel) = parts.beneath_root.filter(|r| !r.is_empty()) else {
             return Ok(DestPath::new(parts.absolute, 0));
         };
         let beneath_at = parts.absolute.len().saturating_sub(rel.len());
         let suffix = beneath_at > 0 && parts.absolute.ends_with(&*rel) && parts.absolute[..beneath_at].ends_with('/');
-        if !suffix || parts.absolute.len() > PATH_BYTES_MAX {
+        if !suffix {
             return Err(format!("{rel:?} is not the end of the path {:?} beneath its root", parts.absolute));
         }
         Ok(DestPath::new(parts.absolute, beneath_at))
@@ -219,6 +223,22 @@ mod tests {
             let json = serde_json::json!({"absolute": absolute, "beneath_root": rel});
             assert!(serde_json::from_value::<DestPath>(json).is_err(), "{absolute} {rel}");
         }
+        let too_long = format!("/mnt/models{}", "/abc".repeat(1100));
+        for rel in [None, Some("abc")] {
+            let json = serde_json::json!({"absolute": too_long, "beneath_root": rel});
+            let err = serde_json::from_value::<DestPath>(json).unwrap_err().to_string();
+            assert!(err.contains("over 4096"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_copy_whose_path_would_be_too_long_is_refused_with_a_reason() {
+        let commit = "a".repeat(40);
+        let root = format!("/mnt{}", "/abcd".repeat(815));
+        let err = crate::machine::shared::copy_dest(&root, "org", "repo", &commit).unwrap_err();
+        assert!(err.contains("would be a path of"), "{err}");
+        let ok = crate::machine::shared::copy_dest("/mnt/models", "org", "repo", &commit).unwrap();
+        assert_eq!(ok.beneath_root(), Some(&*format!("_artifacts/org/repo/{commit}")));
     }
 
     #[test]

@@ -103,7 +103,11 @@ pub fn copy_dest(models_root: &str, org: &str, repo: &str, commit: &str) -> Resu
         }
     }
     let root = models_root.trim_end_matches('/');
-    Ok(DestPath::under_root(format!("{root}/{ARTIFACTS_DIR}/{org}/{repo}/{commit}"), root))
+    let absolute = format!("{root}/{ARTIFACTS_DIR}/{org}/{repo}/{commit}");
+    if absolute.len() > crate::dest_path::PATH_BYTES_MAX {
+        return Err(format!("the copy of {org}/{repo} would be a path of {} bytes", absolute.len()));
+    }
+    Ok(DestPath::under_root(absolute, root))
 }
 
 /// `(org, repo, commit)` of a copy's path beneath the root.

@@ -168,6 +168,23 @@ fn the_source_s_retry_delay_is_honoured_when_longer_than_the_backoff() {
     assert_eq!(retried_at, Some(300_000), "not before the source's delay, and then at once");
 }
 
+/// A retry delay that takes the clock to its end (`Instant(u64::MAX)`): the record keeps the
+/// instant one earlier (`WordOption`), and the timer set must hold that same instant, or the
+/// entry outlives the record (`H` checks `invariants()` after every input).
+#[test]
+fn a_retry_delay_that_saturates_the_clock_keeps_the_timer_and_the_record_in_step() {
+    let (mut h, dl) = downloading();
+    let result = DownloadResult::Failed { reason: "later".into(), retry_after_ms: Some(u64::MAX) };
+    let e = h.input(Input::EffectDone { id: dl, outcome: ended(false, result) });
+    h.settle(e);
+    for _ in 0..3 {
+        let e = h.advance(10_000);
+        let e = h.settle(e);
+        assert!(!e.iter().any(|e| matches!(e.op, Op::Download { .. })), "no retry before the source's delay");
+        assert_eq!(h.s.invariants(), Ok(()));
+    }
+}
+
 #[test]
 fn a_revalidation_after_a_restart_keeps_the_ready_label_and_publishes_no_progress() {
     let mut h = H::new();

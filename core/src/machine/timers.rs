@@ -131,7 +131,9 @@ impl State {
 
 pub(super) fn sync_timers(timers: &mut RunSet<(Instant, TimerKey)>, key: &ModelKey, slot: &mut Slot) {
     for inc in slot.all_mut() {
-        let want = inc.wake_at();
+        // As `timer_at` keeps it (a saturated instant is one earlier), so that the set holds
+        // exactly what the record says it does.
+        let want = WordOption::from(inc.wake_at()).get();
         if want == inc.timer_at.get() {
             continue;
         }
