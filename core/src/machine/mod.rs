@@ -193,8 +193,10 @@ enum TimerSource {
 struct KindSync {
     /// The first list of this kind has completed.
     synced: bool,
-    /// Keys seen since the current relist began.
-    relisting: Option<Set<ModelKey>>,
+    /// A relist is under way: the slots it listed carry its number (`Slot::listed_in`).
+    relisting: bool,
+    /// The number of the newest relist of this kind (the first is 1; 0 marks no relist).
+    relist_at: u32,
     /// The newest LIST of this kind in flight.
     list_inflight: Option<EffectId>,
     /// Keys with an incarnation pending confirmation, and those whose read is due now.

@@ -371,6 +371,10 @@ pub struct Slot {
     /// What the per-kind pending/due indexes hold for this name.
     pub indexed_pending: bool,
     pub indexed_due: bool,
+    /// The relist of this name's kind (`KindSync::relist_at`) that last listed it: a mark on the
+    /// record instead of a set of the keys listed, which cost a persistent-set insertion per
+    /// item of every relist.
+    pub listed_in: u32,
     /// The step of the newest watch event about this name (any uid): a live read sent before
     /// it never brings back a uid the record no longer holds.
     pub event_seq: u64,

@@ -11,21 +11,29 @@ impl State {
             WatchEvent::Deleted(obj) if obj.key.kind == kind => {
                 self.candidate(st, &obj.key, Some(&obj.uid), CandidateEvent::Questioned(Cause::WatchDeleted));
             }
-            WatchEvent::RelistStarted => sync.relisting = Some(Set::default()),
+            WatchEvent::RelistStarted => {
+                // Wraps after 2^32 relists of one kind (a century at one a second): then a record
+                // not listed since the previous wrap could pass for listed, once.
+                sync.relist_at = sync.relist_at.wrapping_add(1).max(1);
+                sync.relisting = true;
+            }
             WatchEvent::RelistItem(obj) if obj.key.kind == kind => {
-                if let Some(seen) = &mut sync.relisting {
-                    seen.insert(obj.key.clone());
-                }
+                let listing = sync.relisting.then_some(sync.relist_at);
+                let key = obj.key.clone();
                 self.on_object(st, obj, st.seq);
+                if let Some(relist) = listing {
+                    self.mark_listed(&key, relist);
+                }
             }
             WatchEvent::RelistDone => {
-                if let Some(seen) = sync.relisting.take() {
+                if std::mem::take(&mut sync.relisting) {
+                    let relist = sync.relist_at;
                     let vanished: Vec<ModelKey> = self
                         .slots
                         .iter()
                         .filter(|(k, s)| {
                             k.kind == kind
-                                && !seen.contains(*k)
+                                && s.listed_in != relist
                                 && s.current
                                     .as_ref()
                                     .is_some_and(|c| matches!(c.life, Life::Observed | Life::Withdrawn))
@@ -54,6 +62,16 @@ impl State {
         }
     }
 
+    /// `key`'s record was listed by relist `relist` (written only when it was not yet: a
+    /// record shared with an earlier state is copied only then).
+    fn mark_listed(&mut self, key: &ModelKey, relist: u32) {
+        if self.slots.get(key).is_some_and(|s| s.listed_in != relist)
+            && let Some(slot) = self.slots.get_mut(key)
+        {
+            Arc::make_mut(slot).listed_in = relist;
+        }
+    }
+
     /// An object seen alive (watch, relist or live read), as of step `seq`.
     pub(super) fn on_object(&mut self, st: &mut Step, obj: Arc<ModelObject>, seq: u64) {
         // The common steady-state event changes nothing the core uses: no work to do.
@@ -76,6 +94,7 @@ impl State {
                 former: thin_vec::ThinVec::new(),
                 indexed_pending: false,
                 indexed_due: false,
+                listed_in: 0,
                 event_seq: 0,
             })
         }));
