@@ -24,8 +24,10 @@ pub struct ApiObject {
     rv: u64,
     /// `rv` as text, made when it changes (every list would otherwise format it again).
     rv_text: Arc<str>,
-    pub spec: Arc<ModelSpec>,
-    pub deleting: bool,
+    /// Private, as `deleting` is: a change goes through `set_spec` or `mark_deleting`, which
+    /// make the nodes' copy again.
+    spec: Arc<ModelSpec>,
+    deleting: bool,
     /// The controller's finalizer (OME's `*.ome.io/finalizer`).
     pub finalizer: bool,
     /// What every node's watch, list and read is handed: made again by `set_rv` (every change
@@ -46,6 +48,25 @@ impl ApiObject {
             spec: Ok(spec.clone()),
         });
         ApiObject { key, uid, created_rv: rv, created, rv, rv_text, spec, deleting: false, finalizer, model }
+    }
+
+    pub fn spec(&self) -> &Arc<ModelSpec> {
+        &self.spec
+    }
+
+    /// A deletionTimestamp is set (the finalizer holds the object).
+    pub fn deleting(&self) -> bool {
+        self.deleting
+    }
+
+    fn set_spec(&mut self, spec: Arc<ModelSpec>, rv: u64) {
+        self.spec = spec;
+        self.set_rv(rv);
+    }
+
+    fn mark_deleting(&mut self, rv: u64) {
+        self.deleting = true;
+        self.set_rv(rv);
     }
 
     /// The last step of every change: the new resourceVersion and the nodes' copy.
@@ -193,8 +214,7 @@ impl Api {
         }
         self.rv += 1;
         if obj.finalizer {
-            obj.deleting = true;
-            obj.set_rv(self.rv);
+            obj.mark_deleting(self.rv);
             let mut out = vec![Change::Applied(obj.to_model())];
             out.extend(self.controller_check(key));
             out
@@ -229,8 +249,7 @@ impl Api {
     pub fn spec_update(&mut self, key: &ModelKey, spec: Arc<ModelSpec>) -> Option<Change> {
         let obj = self.objects.get_mut(key)?;
         self.rv += 1;
-        obj.spec = spec;
-        obj.set_rv(self.rv);
+        obj.set_spec(spec, self.rv);
         Some(Change::Applied(obj.to_model()))
     }
 

@@ -601,7 +601,7 @@ fn shared_copy(w: &mut World, opts: &Options, extra: &mut Extra) {
         w.run_for(20_000);
     }
     for m in &cast {
-        match w.api.objects.get(&m.key).filter(|o| !o.deleting) {
+        match w.api.objects.get(&m.key).filter(|o| !o.deleting()) {
             Some(_) => w.update(&m.key, m.spec(true, false)),
             None => w.create(m.key.clone(), m.spec(true, false), true),
         }
@@ -673,7 +673,7 @@ fn shared_cast() -> Vec<CastMember> {
 /// One action drawn from `p` on a member of `cast` or on the fleet.
 fn shared_churn(w: &mut World, p: &mut Prng, cast: &[CastMember], models: usize) {
     let m = &cast[p.up_to(cast.len() as u64 - 1) as usize];
-    let live = w.api.objects.get(&m.key).filter(|o| !o.deleting).map(|o| o.spec.clone());
+    let live = w.api.objects.get(&m.key).filter(|o| !o.deleting()).map(|o| o.spec().clone());
     let reuses = live.as_ref().is_some_and(|s| oracle::reuses(s));
     let selects = live.as_ref().is_some_and(|s| !s.node_selector.is_empty());
     match p.up_to(9) {

@@ -204,7 +204,7 @@ pub fn apply(w: &mut World, a: &Action) {
 
 fn reselect(w: &mut World, name: usize, selects: bool) {
     let Some(obj) = w.api.objects.get(&key(name)) else { return };
-    let mut s = (*obj.spec).clone();
+    let mut s = (**obj.spec()).clone();
     s.node_selector.retain(|(k, _)| k != SELECTOR.0);
     if selects {
         s.node_selector.push((SELECTOR.0.into(), SELECTOR.1.into()));

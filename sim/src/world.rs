@@ -806,8 +806,8 @@ impl World {
     fn user_of(&self, node: usize, path: &str, marker: &BTreeSet<Uid>) -> Option<Uid> {
         let root = &self.config.models_root;
         let keeps = |o: &crate::api::ApiObject| {
-            oracle::download_dir(&o.spec, root).as_deref() == Some(path)
-                || oracle::copy_dir(&o.spec).as_deref() == Some(path)
+            oracle::download_dir(o.spec(), root).as_deref() == Some(path)
+                || oracle::copy_dir(o.spec()).as_deref() == Some(path)
                 || (marker.len() == 1 && !is_copy(path))
         };
         let named = marker.iter().find(|u| self.damages(u.as_str(), node).is_some_and(keeps)).cloned();
@@ -823,8 +823,8 @@ impl World {
             let maker = self.damages(l.uid.as_str(), node).map(|o| o.uid.clone());
             maker.or_else(|| {
                 let owner = self.api.objects.values().find(|o| {
-                    oracle::download_dir(&o.spec, root).as_deref() == Some(link.as_str())
-                        && oracle::copy_dir(&o.spec).as_deref() == Some(path)
+                    oracle::download_dir(o.spec(), root).as_deref() == Some(link.as_str())
+                        && oracle::copy_dir(o.spec()).as_deref() == Some(path)
                 })?;
                 self.damages(owner.uid.as_str(), node).map(|o| o.uid.clone())
             })
@@ -949,7 +949,7 @@ impl World {
         let mut unplaced = Vec::new();
         for o in objects {
             for &n in &nodes {
-                if !self.api.placed(&o.spec, n) {
+                if !self.api.placed(o.spec(), n) {
                     unplaced.push((n, o.uid.as_str().to_string()));
                 }
             }
@@ -1254,15 +1254,15 @@ impl World {
             label_key: wire::label_key(&o.key),
             cm_key: wire::configmap_key(&o.key),
             uid: o.uid.clone(),
-            downloads: oracle::downloads(&o.spec.storage_uri),
-            reuses: oracle::reuses(&o.spec),
-            local_path: oracle::local_path(&o.spec),
-            dir: oracle::download_dir(&o.spec, root),
-            copy: oracle::copy_dir(&o.spec),
-            spec: o.spec.clone(),
+            downloads: oracle::downloads(&o.spec().storage_uri),
+            reuses: oracle::reuses(o.spec()),
+            local_path: oracle::local_path(o.spec()),
+            dir: oracle::download_dir(o.spec(), root),
+            copy: oracle::copy_dir(o.spec()),
+            spec: o.spec().clone(),
             rank: (o.key.kind != Kind::ClusterBaseModel, o.created_rv, o.uid.as_str().to_string()),
         };
-        self.api.objects.values().filter(|o| !o.deleting).map(expect).collect()
+        self.api.objects.values().filter(|o| !o.deleting()).map(expect).collect()
     }
 
     /// What one node should show, against what it shows.
@@ -1356,10 +1356,10 @@ impl World {
         let root = &self.config.models_root;
         let used = |node: usize, path: &str, copy: &str| {
             self.api.objects.values().any(|o| {
-                !o.deleting
-                    && self.api.placed(&o.spec, node)
-                    && oracle::download_dir(&o.spec, root).as_deref() == Some(path)
-                    && oracle::copy_dir(&o.spec).as_deref() == Some(copy)
+                !o.deleting()
+                    && self.api.placed(o.spec(), node)
+                    && oracle::download_dir(o.spec(), root).as_deref() == Some(path)
+                    && oracle::copy_dir(o.spec()).as_deref() == Some(copy)
             })
         };
         let node_orphans = |(node, n): (usize, &SimNode)| {
