@@ -365,7 +365,10 @@ fn join(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &Arc<str>, member: Member, a
     affected.extend(using.members.iter().map(|m| m.key.clone()));
     let at = using.members.partition_point(|m| (&m.key, &m.uid) < (&member.key, &member.uid));
     // Most directories have one member: a vector grown by doubling would hold room for four.
-    using.members.reserve_exact(1);
+    // Past the first, by doubling (a copy many models share is joined once by each).
+    if using.members.is_empty() {
+        using.members.reserve_exact(1);
+    }
     using.members.insert(at, member);
 }
 
