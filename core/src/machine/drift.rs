@@ -202,18 +202,19 @@ fn unclaimed_dirs(
     claimed: &FxHashSet<Uid>,
     dirs: &Map<Arc<str>, Arc<shared::DirUse>>,
 ) -> Vec<(String, Vec<Uid>)> {
+    // Nearly every directory is claimed: it is set aside before any grouping. A copy's marker
+    // uids do not claim it (its users do: `dirs`, then the LISTs).
+    let claimed_paths: FxHashSet<&str> =
+        owned.iter().filter(|d| claimed.contains(&d.uid)).map(|d| d.path.as_str()).collect();
     let mut by_path: BTreeMap<&str, Vec<Uid>> = BTreeMap::new();
     for d in owned {
-        by_path.entry(d.path.as_str()).or_default().push(d.uid.clone());
+        let path = d.path.as_str();
+        let kept = claimed_paths.contains(path) && shared::copy_parts(path).is_none();
+        if !kept && !dirs.contains_key(path) {
+            by_path.entry(path).or_default().push(d.uid.clone());
+        }
     }
-    // A copy's marker uids do not claim it (its users do: `dirs`, then the LISTs).
-    let unclaimed =
-        |path: &str, uids: &[Uid]| shared::copy_parts(path).is_some() || !uids.iter().any(|u| claimed.contains(u));
-    by_path
-        .into_iter()
-        .filter(|(path, uids)| unclaimed(path, uids) && !dirs.contains_key(*path))
-        .map(|(path, uids)| (path.to_string(), uids))
-        .collect()
+    by_path.into_iter().map(|(path, uids)| (path.to_string(), uids)).collect()
 }
 
 /// What a snapshot shows under one model's keys.
