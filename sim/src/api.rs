@@ -14,6 +14,8 @@ use model_agent_core::{Kind, ModelKey, ModelObject, ModelSpec, Uid};
 /// One live object.
 #[derive(Clone, Debug)]
 pub struct ApiObject {
+    /// `key`, `uid`, `created_rv` and `created` are fixed when the object is made (they are
+    /// copied into `model`): nothing writes them after.
     pub key: ModelKey,
     pub uid: Uid,
     pub created_rv: u64,

@@ -209,8 +209,8 @@ fn unclaimed_dirs(
     let mut by_path: BTreeMap<&str, Vec<Uid>> = BTreeMap::new();
     for d in owned {
         let path = d.path.as_str();
-        let kept = claimed_paths.contains(path) && shared::copy_parts(path).is_none();
-        if !kept && !dirs.contains_key(path) {
+        let claimed_here = claimed_paths.contains(path) && shared::copy_parts(path).is_none();
+        if !claimed_here && !dirs.contains_key(path) {
             by_path.entry(path).or_default().push(d.uid.clone());
         }
     }
@@ -276,4 +276,53 @@ fn observe_incarnation(inc: &mut Incarnation, seen: &Seen, label_is_its: bool, d
         _ => {}
     }
     changed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `unclaimed_dirs` returned before it set claimed directories aside: every directory
+    /// grouped by path, then the groups filtered. Kept as the checker of the faster one.
+    fn unclaimed_dirs_by_grouping(
+        owned: &[OwnedDir],
+        claimed: &FxHashSet<Uid>,
+        dirs: &Map<Arc<str>, Arc<shared::DirUse>>,
+    ) -> Vec<(String, Vec<Uid>)> {
+        let mut by_path: BTreeMap<&str, Vec<Uid>> = BTreeMap::new();
+        for d in owned {
+            by_path.entry(d.path.as_str()).or_default().push(d.uid.clone());
+        }
+        let unclaimed =
+            |path: &str, uids: &[Uid]| shared::copy_parts(path).is_some() || !uids.iter().any(|u| claimed.contains(u));
+        by_path
+            .into_iter()
+            .filter(|(path, uids)| unclaimed(path, uids) && !dirs.contains_key(*path))
+            .map(|(path, uids)| (path.to_string(), uids))
+            .collect()
+    }
+
+    #[test]
+    fn unclaimed_dirs_agree_with_grouping_first() {
+        let copy = format!("_artifacts/org/repo/{}", "a".repeat(40));
+        let paths = ["b", "a", copy.as_str(), "c", "in-use"];
+        let uids = ["u1", "u2", "u3"];
+        let mut prng = crate::prng::Prng::new(7);
+        let mut dirs: Map<Arc<str>, Arc<shared::DirUse>> = Map::default();
+        dirs.insert(Arc::from("in-use"), Arc::default());
+        let mut groups_seen = 0;
+        for _ in 0..2_000 {
+            let owned: Vec<OwnedDir> = (0..prng.up_to(7))
+                .map(|_| OwnedDir {
+                    path: paths[prng.up_to(paths.len() as u64 - 1) as usize].to_string(),
+                    uid: Uid::new(uids[prng.up_to(uids.len() as u64 - 1) as usize]),
+                })
+                .collect();
+            let claimed: FxHashSet<Uid> = uids.iter().filter(|_| prng.up_to(1) == 0).map(|u| Uid::new(u)).collect();
+            let expected = unclaimed_dirs_by_grouping(&owned, &claimed, &dirs);
+            groups_seen += expected.len();
+            assert_eq!(unclaimed_dirs(&owned, &claimed, &dirs), expected, "{owned:?} {claimed:?}");
+        }
+        assert!(groups_seen > 1_000, "the cases reach unclaimed groups: {groups_seen}");
+    }
 }

@@ -193,7 +193,11 @@ enum TimerSource {
 struct KindSync {
     /// The first list of this kind has completed.
     synced: bool,
-    /// A relist is under way: the slots it listed carry its number (`Slot::listed_in`).
+    /// A relist is under way: the slots it listed carry its number (`Slot::listed_in`). The
+    /// mark is on the record, so a record dropped and made again during the relist (its
+    /// removal confirmed, then an `Applied` under its name) is questioned at `RelistDone` even
+    /// if the relist had listed the name: one more read, never a removal. A shell's watcher does
+    /// not interleave watch events with a relist's items, so this needs a shell bug to happen.
     relisting: bool,
     /// The number of the newest relist of this kind (the first is 1; 0 marks no relist).
     relist_at: u32,

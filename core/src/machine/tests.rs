@@ -470,6 +470,47 @@ fn a_record_dropped_during_a_relist_leaves_its_seen_keys_so_an_unlisted_model_st
     assert_eq!(gets(&e).len(), 1);
 }
 
+/// The mark of a relist is on the record: a name listed, dropped, then made again by a watch
+/// event before the relist ends is questioned (one read), and the read keeps it.
+#[test]
+fn a_record_made_again_during_a_relist_is_questioned_once_and_kept() {
+    let mut h = H::new();
+    let e = h.start(false, vec![local("m", "u1")]);
+    h.settle(e);
+    let m = ModelKey::cluster("m");
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(local("m", "u1").into()));
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(local("m", "u1").into()));
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::NotFound });
+    h.settle(e);
+    assert!(!h.s.knows(&m));
+    let e = h.apply(local("m", "u3"));
+    h.settle(e);
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::RelistDone);
+    assert_eq!(pending_cause(&h.view(&m, "u3")), Some((Cause::RelistVanished, 0)));
+    assert!(destructive(&e).is_empty());
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(local("m", "u3").into()) });
+    assert!(destructive(&h.settle(e)).is_empty());
+    assert_eq!(h.view(&m, "u3").life, Life::Observed);
+}
+
+/// Relist numbers wrap past `u32::MAX` to 1, never to 0 (the number of a record never listed):
+/// a record listed by the last number before the wrap is questioned by the first after it.
+#[test]
+fn relist_numbers_wrap_to_one_and_still_question_the_unlisted() {
+    let (mut h, key) = ready_local();
+    h.s.kinds[Kind::ClusterBaseModel.index()].relist_at = u32::MAX - 1;
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistItem(local("m", "u1").into()));
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::RelistDone);
+    assert!(e.is_empty(), "listed by relist u32::MAX: {e:?}");
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
+    assert_eq!(h.s.kinds[Kind::ClusterBaseModel.index()].relist_at, 1);
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::RelistDone);
+    assert_eq!(pending_cause(&h.view(&key, "u1")), Some((Cause::RelistVanished, 0)));
+    assert_eq!(gets(&e).len(), 1);
+}
+
 #[test]
 fn a_full_relist_questions_nothing() {
     let mut h = H::new();

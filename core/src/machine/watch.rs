@@ -62,8 +62,9 @@ impl State {
         }
     }
 
-    /// `key`'s record was listed by relist `relist` (written only when it was not yet: a
-    /// record shared with an earlier state is copied only then).
+    /// `key`'s record was listed by relist `relist`. Written only when the record does not carry
+    /// that number yet (a duplicate item writes nothing); each relist has a new number, so under a
+    /// kept history every listed record is copied once per relist.
     fn mark_listed(&mut self, key: &ModelKey, relist: u32) {
         if self.slots.get(key).is_some_and(|s| s.listed_in != relist)
             && let Some(slot) = self.slots.get_mut(key)
