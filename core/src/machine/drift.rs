@@ -22,7 +22,10 @@ impl State {
     pub(super) fn on_snapshot(&mut self, st: &mut Step, requested_seq: u64, snap: DriftSnapshot) {
         let claimed = self.observe_snapshot(st, requested_seq, &snap);
         for dir in &snap.owned_dirs {
-            shared::marked(&mut self.dirs, &dir.path, [dir.uid.clone()]);
+            // Nearly always known already: a look, not a write (no copy of a shared record).
+            if shared::lacks_mark(&self.dirs, &dir.path, &dir.uid) {
+                shared::marked(&mut self.dirs, &dir.path, [dir.uid.clone()]);
+            }
         }
         for name in &snap.trash {
             if !self.trash.contains_key(name) {
@@ -36,15 +39,16 @@ impl State {
 
     /// Every incarnation the snapshot is not stale for takes what it shows: published or
     /// drifted, its directory found or gone. Returns what the known models claim.
-    fn observe_snapshot<'s>(&mut self, st: &mut Step, requested_seq: u64, snap: &'s DriftSnapshot) -> Claimed<'s> {
+    fn observe_snapshot(&mut self, st: &mut Step, requested_seq: u64, snap: &DriftSnapshot) -> Claimed {
         // Hash sets with a fixed hasher: this pass is O(models) per node every period.
         let owned_by_uid: FxHashMap<&Uid, &OwnedDir> = snap.owned_dirs.iter().map(|d| (&d.uid, d)).collect();
-        let mut claimed = Claimed::with_capacity(self.slots.len());
+        let mut claimed = Claimed::new(self.slots.len(), snap);
         // Looked up by hash: a sorted map's search compares keys that share a long prefix
-        // about ten times per lookup.
-        let labels: FxHashMap<&str, (&String, &String)> = snap.labels.iter().map(|kv| (kv.0.as_str(), kv)).collect();
-        let entries: FxHashMap<&str, (&String, &EntryView)> =
-            snap.entries.iter().map(|kv| (kv.0.as_str(), kv)).collect();
+        // about ten times per lookup. Each with its place in the snapshot's order.
+        let labels: FxHashMap<&str, (usize, &String)> =
+            snap.labels.iter().enumerate().map(|(at, (k, v))| (k.as_str(), (at, v))).collect();
+        let entries: FxHashMap<&str, (usize, &EntryView)> =
+            snap.entries.iter().enumerate().map(|(at, (k, e))| (k.as_str(), (at, e))).collect();
         let (mut label_key, mut cm_key) = (String::new(), String::new());
         for (key, shared) in self.slots.iter_mut() {
             let slot = Arc::make_mut(shared);
@@ -58,8 +62,12 @@ impl State {
                 entry: entry.map(|(_, e)| e),
             };
             // Only what the snapshot shows can be an orphan: a claim of a key it lacks is moot.
-            claimed.labels.extend(label.map(|(k, _)| k.as_str()));
-            claimed.entries.extend(entry.map(|(k, _)| k.as_str()));
+            if let Some((at, _)) = label {
+                claimed.labels[at] = true;
+            }
+            if let Some((at, _)) = entry {
+                claimed.entries[at] = true;
+            }
             let has_current = slot.current.is_some();
             for (i, inc) in slot.current.iter_mut().chain(slot.former.iter_mut()).enumerate() {
                 claimed.uids.insert(inc.uid().clone());
@@ -78,24 +86,25 @@ impl State {
 
     /// Orphans: what no known model claims. Only fresh LISTs of every kind can make them
     /// removable; a snapshot alone never removes anything.
-    fn begin_orphan_check(&mut self, st: &mut Step, snap: &DriftSnapshot, claimed: &Claimed<'_>) {
+    fn begin_orphan_check(&mut self, st: &mut Step, snap: &DriftSnapshot, claimed: &Claimed) {
         let mut check = OrphanCheck {
             labels: snap
                 .labels
                 .iter()
+                .zip(&claimed.labels)
                 // Claimed first: nearly every label is, and its shape need not be parsed.
-                .filter(|(l, v)| !claimed.labels.contains(l.as_str()) && wire::is_model_status_label(l, v))
-                .map(|(l, _)| l)
-                .cloned()
+                .filter(|((l, v), claimed)| !**claimed && wire::is_model_status_label(l, v))
+                .map(|((l, _), _)| l.clone())
                 .collect(),
             entries: snap
                 .entries
                 .iter()
-                .filter(|(k, e)| {
-                    (!claimed.entries.contains(k.as_str()) || e.uid.as_ref().is_some_and(|u| !claimed.uids.contains(u)))
+                .zip(&claimed.entries)
+                .filter(|((k, e), claimed_key)| {
+                    (!**claimed_key || e.uid.as_ref().is_some_and(|u| !claimed.uids.contains(u)))
                         && wire::is_model_entry_key(k)
                 })
-                .map(|(k, e)| (k.clone(), e.uid.clone()))
+                .map(|((k, e), _)| (k.clone(), e.uid.clone()))
                 .collect(),
             dirs: unclaimed_dirs(&snap.owned_dirs, &claimed.uids, &self.dirs),
             ..OrphanCheck::default()
@@ -224,22 +233,22 @@ struct Seen<'a> {
     entry: Option<&'a EntryView>,
 }
 
-/// What the known models claim: their uids, and the label keys and ConfigMap keys of theirs
-/// that the snapshot shows (borrowed from it).
-struct Claimed<'s> {
+/// What the known models claim: their uids, and which of the snapshot's labels and ConfigMap
+/// entries are theirs (a flag per place in the snapshot's order, not a set of borrowed keys).
+struct Claimed {
     uids: FxHashSet<Uid>,
-    labels: FxHashSet<&'s str>,
-    entries: FxHashSet<&'s str>,
+    labels: Vec<bool>,
+    entries: Vec<bool>,
 }
 
-impl Claimed<'_> {
-    /// Sized for `models` up front: growing three sets by doubling on every pass costs more
-    /// than the pass's own comparisons.
-    fn with_capacity(models: usize) -> Self {
+impl Claimed {
+    /// The uids sized for `models` up front: growing the set by doubling on every pass costs
+    /// more than the pass's own comparisons.
+    fn new(models: usize, snap: &DriftSnapshot) -> Self {
         Claimed {
             uids: FxHashSet::with_capacity_and_hasher(models, Default::default()),
-            labels: FxHashSet::with_capacity_and_hasher(models, Default::default()),
-            entries: FxHashSet::with_capacity_and_hasher(models, Default::default()),
+            labels: vec![false; snap.labels.len()],
+            entries: vec![false; snap.entries.len()],
         }
     }
 }

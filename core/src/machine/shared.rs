@@ -382,6 +382,12 @@ fn leave(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &Arc<str>, uid: &Uid, affec
     }
 }
 
+/// Would `marked` change `dir` for `uid`: a directory a known model uses whose marker's uids
+/// (sorted) lack it?
+pub(super) fn lacks_mark(dirs: &Map<Arc<str>, Arc<DirUse>>, dir: &str, uid: &Uid) -> bool {
+    dirs.get(dir).is_some_and(|using| using.marked.binary_search(uid).is_err())
+}
+
 /// A download into `dir` ended with the marker naming `uids`.
 pub(super) fn marked(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &str, uids: impl IntoIterator<Item = Uid>) {
     let Some(shared) = dirs.get_mut(dir) else { return };
