@@ -135,6 +135,9 @@ pub struct Api {
     pub wiped_until: Vec<Option<u64>>,
     /// Per node: its name (`node_name`), made once: placement is asked per model and node.
     names: Vec<String>,
+    /// Per node: its label keys and entry keys in order as of its last snapshot, which the next
+    /// snapshot reuses when the keys are the same (most snapshots after the first publishes).
+    snapshot_order: Vec<[Vec<Arc<str>>; 2]>,
     /// The API server does not answer at all.
     pub down: bool,
     /// GETs and LISTs fail (the watch still works).
@@ -184,6 +187,7 @@ impl Api {
             node_labels: vec![BTreeMap::new(); nodes],
             wiped_until: vec![None; nodes],
             names: (0..nodes).map(node_name).collect(),
+            snapshot_order: vec![Default::default(); nodes],
             ..Api::default()
         }
     }
@@ -321,10 +325,11 @@ impl Api {
         self.by_uid.get(&Uid::new(uid)).cloned()
     }
 
-    pub fn snapshot(&self, node: usize) -> DriftSnapshot {
+    pub fn snapshot(&mut self, node: usize) -> DriftSnapshot {
         use model_agent_core::machine::EntryView;
-        let labels = in_key_order(&self.labels[node]);
-        let entries = in_key_order(&self.entries[node]);
+        let [label_order, entry_order] = &mut self.snapshot_order[node];
+        let labels = in_key_order(&self.labels[node], label_order);
+        let entries = in_key_order(&self.entries[node], entry_order);
         DriftSnapshot {
             labels: labels.into_iter().map(|(k, v)| (String::from(&**k), String::from(&**v))).collect(),
             entries: entries
@@ -339,12 +344,53 @@ impl Api {
 
 /// A hash map's pairs sorted by key, so that collecting them into a sorted map finds one run
 /// (an unstable sort of references, rather than the collector's stable sort of the owned pairs).
-fn in_key_order<V>(map: &FxHashMap<Arc<str>, V>) -> Vec<(&Arc<str>, &V)> {
+/// `order` holds the keys of the previous call in order: when the map holds as many keys and
+/// each of them, the keys are the same (a map's keys are distinct) and need no sort.
+fn in_key_order<'m, V>(map: &'m FxHashMap<Arc<str>, V>, order: &mut Vec<Arc<str>>) -> Vec<(&'m Arc<str>, &'m V)> {
+    if order.len() == map.len()
+        && let Some(pairs) = order.iter().map(|k| map.get_key_value(k)).collect::<Option<Vec<_>>>()
+    {
+        return pairs;
+    }
     let mut pairs: Vec<_> = map.iter().collect();
     pairs.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    order.clear();
+    order.extend(pairs.iter().map(|(k, _)| Arc::clone(k)));
     pairs
 }
 
 pub fn node_name(node: usize) -> String {
     format!("node-{node:04}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The order a snapshot reuses is always the sorted order of the map's keys now, whatever
+    /// changed since the last one (a key added, removed, or replaced by another at the same
+    /// count), checked against a sort of its own.
+    #[test]
+    fn a_reused_key_order_is_the_sorted_order_of_the_keys_now() {
+        let mut prng = model_agent_core::prng::Prng::new(3);
+        let mut map: FxHashMap<Arc<str>, u64> = FxHashMap::default();
+        let mut order = Vec::new();
+        for step in 0..3_000u64 {
+            let key: Arc<str> = Arc::from(format!("models.ome.io/k{}", prng.up_to(40)).as_str());
+            match prng.up_to(3) {
+                0 => {
+                    map.insert(key, step);
+                }
+                1 => {
+                    map.remove(&key);
+                }
+                _ => {} // no change: the order is reused
+            }
+            let got: Vec<(String, u64)> =
+                in_key_order(&map, &mut order).into_iter().map(|(k, v)| (k.to_string(), *v)).collect();
+            let mut want: Vec<(String, u64)> = map.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+            want.sort();
+            assert_eq!(got, want, "step {step}");
+        }
+    }
 }
