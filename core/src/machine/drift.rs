@@ -22,10 +22,7 @@ impl State {
     pub(super) fn on_snapshot(&mut self, st: &mut Step, requested_seq: u64, snap: DriftSnapshot) {
         let claimed = self.observe_snapshot(st, requested_seq, &snap);
         for dir in &snap.owned_dirs {
-            // Nearly always known already: a look, not a write (no copy of a shared record).
-            if shared::lacks_mark(&self.dirs, &dir.path, &dir.uid) {
-                shared::marked(&mut self.dirs, &dir.path, [dir.uid.clone()]);
-            }
+            shared::marked(&mut self.dirs, &dir.path, std::slice::from_ref(&dir.uid));
         }
         for name in &snap.trash {
             if !self.trash.contains_key(name) {

@@ -62,10 +62,11 @@ impl State {
         st.dirty.push(key.clone());
         match (outcome, what) {
             (outcome, IncOp::Fetch { plan }) => {
-                let co_owners = run.map(|r| r.co_owners).unwrap_or_default();
+                let mut owners = run.map(|r| r.co_owners).unwrap_or_default();
                 // The run is dropped: the plan is this one's alone, and moves without a copy.
                 if let Some(dir) = fetch_done(inc, (config, prng), now, Arc::unwrap_or_clone(plan), outcome) {
-                    shared::marked(dirs, &dir, std::iter::once(uid.clone()).chain(co_owners));
+                    owners.push(uid.clone());
+                    shared::marked(dirs, &dir, &owners);
                 }
             }
             (Outcome::Occupied(reason), IncOp::Link { paths }) => {

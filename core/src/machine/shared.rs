@@ -382,17 +382,17 @@ fn leave(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &Arc<str>, uid: &Uid, affec
     }
 }
 
-/// Would `marked` change `dir` for `uid`: a directory a known model uses whose marker's uids
-/// (sorted) lack it?
-pub(super) fn lacks_mark(dirs: &Map<Arc<str>, Arc<DirUse>>, dir: &str, uid: &Uid) -> bool {
-    dirs.get(dir).is_some_and(|using| using.marked.binary_search(uid).is_err())
-}
-
-/// A download into `dir` ended with the marker naming `uids`.
-pub(super) fn marked(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &str, uids: impl IntoIterator<Item = Uid>) {
+/// `dir`'s marker names `uids` (a download into it ended, or a snapshot shows it), recorded for a
+/// directory a known model uses. A look before the write: a snapshot shows what is known nearly
+/// always, and a write would copy a record shared with an earlier state.
+pub(super) fn marked(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &str, uids: &[Uid]) {
+    let known = |using: &DirUse| uids.iter().all(|u| using.marked.binary_search(u).is_ok());
+    if dirs.get(dir).is_none_or(|using| known(using)) {
+        return;
+    }
     let Some(shared) = dirs.get_mut(dir) else { return };
     let using = Arc::make_mut(shared);
-    using.marked.extend(uids);
+    using.marked.extend_from_slice(uids);
     using.marked.sort();
     using.marked.dedup();
 }

@@ -133,17 +133,17 @@ pub(super) fn sync_timers(timers: &mut RunSet<(Instant, TimerKey)>, key: &ModelK
     for inc in slot.all_mut() {
         // As `timer_at` keeps it (a saturated instant is one earlier), so that the set holds
         // exactly what the record says it does.
-        let want = WordOption::from(inc.wake_at()).get();
-        if want == inc.timer_at.get() {
+        let want = WordOption::from(inc.wake_at());
+        if want == inc.timer_at {
             continue;
         }
         let id = inc_timer(key, inc.uid());
         if let Some(at) = inc.timer_at.get() {
             timers.remove(&(at, id.clone()));
         }
-        if let Some(at) = want {
+        if let Some(at) = want.get() {
             timers.insert((at, id));
         }
-        inc.timer_at = want.into();
+        inc.timer_at = want;
     }
 }
