@@ -487,7 +487,14 @@ async fn write_configmap(client: &Client, node: &str, namespace: &str, batch: &[
 pub async fn snapshot_api(client: &Client, node: &str, namespace: &str) -> Result<DriftSnapshot, String> {
     let nodes: Api<Node> = Api::all(client.clone());
     let n = nodes.get(node).await.map_err(|e| format!("GET node {node}: {e}"))?;
-    let labels = n.metadata.labels.unwrap_or_default().into_iter().filter(|(k, _)| wire::is_model_label(k)).collect();
+    let labels = n
+        .metadata
+        .labels
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(k, _)| wire::is_model_label(k))
+        .map(|(k, v)| (Arc::from(k), Arc::from(v)))
+        .collect();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let cm = cms.get_opt(node).await.map_err(|e| format!("GET configmap {namespace}/{node}: {e}"))?;
     let entries = cm
@@ -496,7 +503,7 @@ pub async fn snapshot_api(client: &Client, node: &str, namespace: &str) -> Resul
         .into_iter()
         .map(|(k, v)| {
             let view = EntryView::of(&v);
-            (k, view)
+            (Arc::from(k), view)
         })
         .collect();
     Ok(DriftSnapshot { labels, entries, owned_dirs: vec![], trash: vec![] })

@@ -331,10 +331,10 @@ impl Api {
         let labels = in_key_order(&self.labels[node], label_order);
         let entries = in_key_order(&self.entries[node], entry_order);
         DriftSnapshot {
-            labels: labels.into_iter().map(|(k, v)| (String::from(&**k), String::from(&**v))).collect(),
+            labels: labels.into_iter().map(|(k, v)| (Arc::clone(k), Arc::clone(v))).collect(),
             entries: entries
                 .into_iter()
-                .map(|(k, e)| (String::from(&**k), EntryView { status: Some(e.status), uid: e.uid.clone().map(Uid) }))
+                .map(|(k, e)| (Arc::clone(k), EntryView { status: Some(e.status), uid: e.uid.clone().map(Uid) }))
                 .collect(),
             owned_dirs: vec![],
             trash: vec![],

@@ -42,10 +42,10 @@ impl State {
         let mut claimed = Claimed::new(self.slots.len(), snap);
         // Looked up by hash: a sorted map's search compares keys that share a long prefix
         // about ten times per lookup. Each with its place in the snapshot's order.
-        let labels: FxHashMap<&str, (usize, &String)> =
-            snap.labels.iter().enumerate().map(|(at, (k, v))| (k.as_str(), (at, v))).collect();
+        let labels: FxHashMap<&str, (usize, &Arc<str>)> =
+            snap.labels.iter().enumerate().map(|(at, (k, v))| (&**k, (at, v))).collect();
         let entries: FxHashMap<&str, (usize, &EntryView)> =
-            snap.entries.iter().enumerate().map(|(at, (k, e))| (k.as_str(), (at, e))).collect();
+            snap.entries.iter().enumerate().map(|(at, (k, e))| (&**k, (at, e))).collect();
         let (mut label_key, mut cm_key) = (String::new(), String::new());
         for (key, shared) in self.slots.iter_mut() {
             let slot = Arc::make_mut(shared);
@@ -91,7 +91,7 @@ impl State {
                 .zip(&claimed.labels)
                 // Claimed first: nearly every label is, and its shape need not be parsed.
                 .filter(|((l, v), claimed)| !**claimed && wire::is_model_status_label(l, v))
-                .map(|((l, _), _)| l.clone())
+                .map(|((l, _), _)| l.to_string())
                 .collect(),
             entries: snap
                 .entries
@@ -101,7 +101,7 @@ impl State {
                     (!**claimed_key || e.uid.as_ref().is_some_and(|u| !claimed.uids.contains(u)))
                         && wire::is_model_entry_key(k)
                 })
-                .map(|((k, e), _)| (k.clone(), e.uid.clone()))
+                .map(|((k, e), _)| (k.to_string(), e.uid.clone()))
                 .collect(),
             dirs: unclaimed_dirs(&snap.owned_dirs, &claimed.uids, &self.dirs),
             ..OrphanCheck::default()

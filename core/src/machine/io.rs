@@ -250,10 +250,11 @@ pub struct OwnedDir {
 /// fresh reads when the core asks for it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct DriftSnapshot {
-    /// This node's labels under `models.ome.io/`, with their values.
-    pub labels: BTreeMap<String, String>,
+    /// This node's labels under `models.ome.io/`, with their values. Shared strings: the
+    /// simulator hands over the ones it holds instead of copying a thousand keys a snapshot.
+    pub labels: BTreeMap<Arc<str>, Arc<str>>,
     /// This node's ConfigMap entries: key → (status, uid recorded in the entry).
-    pub entries: BTreeMap<String, EntryView>,
+    pub entries: BTreeMap<Arc<str>, EntryView>,
     /// Directories with this agent's ownership marker.
     pub owned_dirs: Vec<OwnedDir>,
     /// Names of entries in the trash folder.
