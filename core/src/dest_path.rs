@@ -6,6 +6,7 @@
 //! directory fd without following symlinks; this is the lexical half of that defence.
 
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 use crate::model::ModelSpec;
 use crate::storage_uri::{Provisioning, StorageUri};
@@ -21,8 +22,9 @@ pub const COMPONENT_BYTES_MAX: usize = 255;
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(into = "DestPathParts", try_from = "DestPathParts")]
 pub struct DestPath {
-    /// Normalised absolute path (no `.` components, no repeated or trailing `/`).
-    absolute: Box<str>,
+    /// Normalised absolute path (no `.` components, no repeated or trailing `/`). Shared: a plan
+    /// to verify the path holds it too.
+    absolute: Arc<str>,
     /// Where the path relative to the models root starts in `absolute`; 0 when it is not
     /// beneath the root (a relative path never starts at the leading `/`).
     beneath_at: u32,
@@ -33,7 +35,7 @@ impl DestPath {
     fn new(absolute: String, beneath_at: usize) -> DestPath {
         debug_assert!(absolute.len() <= PATH_BYTES_MAX && absolute.is_char_boundary(beneath_at));
         let beneath_at = u32::try_from(beneath_at).expect("a path is at most PATH_BYTES_MAX bytes");
-        DestPath { absolute: absolute.into_boxed_str(), beneath_at }
+        DestPath { absolute: Arc::from(absolute), beneath_at }
     }
 
     /// `absolute` as it is relative to `root` (both normalised, or `root` with its trailing `/`
@@ -45,6 +47,11 @@ impl DestPath {
 
     /// Normalised absolute path (no `.` components, no repeated or trailing `/`).
     pub fn absolute(&self) -> &str {
+        &self.absolute
+    }
+
+    /// `absolute`, shared.
+    pub fn absolute_shared(&self) -> &Arc<str> {
         &self.absolute
     }
 

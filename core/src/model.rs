@@ -344,7 +344,8 @@ pub struct ModelObject {
 /// `Eq`, so that comparing two `Arc<ModelSpec>` short-circuits on the pointer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ModelSpec {
-    pub storage_uri: String,
+    /// Shared: every plan to fetch the model holds it.
+    pub storage_uri: Arc<str>,
     /// `Ok(uri)`, or the parse error (the model is Failed on nodes where it is eligible).
     pub uri: Result<StorageUri, String>,
     /// `spec.storage.path`; `None` and `Some("")` both mean "derive from the models root".
@@ -494,7 +495,7 @@ impl ModelSpec {
         let uri = StorageUri::parse(&storage_uri).map_err(|e| e.to_string());
         Ok(ModelSpec {
             uri,
-            storage_uri,
+            storage_uri: storage_uri.into(),
             path: storage.path,
             node_selector: storage.node_selector.into_iter().collect(),
             required_terms,
@@ -507,7 +508,7 @@ impl ModelSpec {
     /// A spec for tests and the simulator: storage URI and path, no selectors.
     pub fn simple(storage_uri: &str, path: Option<&str>) -> ModelSpec {
         ModelSpec {
-            storage_uri: storage_uri.to_string(),
+            storage_uri: storage_uri.into(),
             uri: StorageUri::parse(storage_uri).map_err(|e| e.to_string()),
             path: path.map(str::to_string),
             node_selector: Vec::new(),

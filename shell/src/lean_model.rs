@@ -91,7 +91,7 @@ mod tests {
         assert_eq!(m.created.as_ref(), "2026-12-03T10:00:00Z");
         let spec = m.spec().expect("parameters are skipped, not counted against the limit");
         assert!(spec.reserve_artifact);
-        assert_eq!(spec.storage_uri, "hf://o/r");
+        assert_eq!(&*spec.storage_uri, "hf://o/r");
     }
 
     #[test]

@@ -124,7 +124,7 @@ impl Upstream {
                 co_owners: Vec::new(),
                 key: obj.key.clone(),
                 uid: obj.uid.clone(),
-                storage_uri: spec.storage_uri.clone(),
+                storage_uri: spec.storage_uri.to_string(),
                 dest: d,
                 parse_metadata: false,
             }),

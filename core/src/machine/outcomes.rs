@@ -225,7 +225,7 @@ fn resolved(
         inc.fetched = Fetched::Failed(Box::new(FetchFailed { plan, reason, retry_at: now.plus_ms(delay) }));
         return None;
     }
-    inc.share_mut().resolved = Some(Box::new((storage_uri.clone(), commit)));
+    inc.share_mut().resolved = Some(Box::new((storage_uri.to_string(), commit)));
     inc.failures = 0;
     inc.fetched = Fetched::No;
     None

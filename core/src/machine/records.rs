@@ -109,22 +109,25 @@ pub struct FetchFailed {
 
 /// How the weights are made available; a changed plan (new URI or path) fetches again.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Its strings are shared with the record's destination and the object's spec: a settle builds
+/// the plan it wants without allocating, and compares it with the one it has by pointer first.
 pub enum Plan {
     Verify {
-        path: String,
+        path: Arc<str>,
     },
     Download {
-        storage_uri: String,
+        storage_uri: Arc<str>,
         dest: DestPath,
     },
     /// `ReuseIfExists` on `hf://`: resolve the revision to its commit first (`Op::Resolve`).
     Resolve {
-        storage_uri: String,
+        storage_uri: Arc<str>,
     },
     /// The node's one copy of a commit (`_artifacts/<org>/<repo>/<commit>`, `storage_uri`
     /// pinned to that commit), and this model's relative symlink `link` to it.
     Shared {
-        storage_uri: String,
+        storage_uri: Arc<str>,
         copy: DestPath,
         link: DestPath,
     },
@@ -133,7 +136,7 @@ pub enum Plan {
 impl Plan {
     /// What a download of this plan fetches and into which directory beneath the root:
     /// incarnations with the same pair share one directory (`shared.rs`).
-    pub fn fetch_into(&self) -> Option<(&str, &str)> {
+    pub fn fetch_into(&self) -> Option<(&Arc<str>, &str)> {
         match self {
             Plan::Download { storage_uri, dest } => Some((storage_uri, dest.beneath_root()?)),
             Plan::Shared { storage_uri, copy, .. } => Some((storage_uri, copy.beneath_root()?)),

@@ -421,7 +421,7 @@ impl InPlace<'_> {
 /// (`scripts/bench-core-instructions`).
 #[inline]
 fn waits_quietly(slot: &Slot, synced: bool, node: Option<&NodeView>, models_root: &str, now: Instant) -> bool {
-    // `member_of` is none without a download, a directory owned or a spec that downloads.
+    // `member_draft` is none without a download, a directory owned or a spec that downloads.
     let uses_no_dir = |inc: &Incarnation| {
         (inc.owned_dir().is_none() && !inc.obj.spec().is_some_and(|s| s.uri.as_ref().is_ok_and(|u| u.downloads())))
             || shared::member_draft(inc, models_root, (node, false)).is_none()
@@ -464,8 +464,8 @@ fn context<'a>(
         // A colliding model's removal in flight may take a shared key: it lands first.
         predecessor_unsettled: is_current && (former_unsettled || env.contest.is_some_and(|c| c.settling)),
         update_model_spec: env.config.update_model_spec,
-        dir: shared::member_of(key, inc, &env.config.models_root, (env.node, held_by.is_some()))
-            .map(|(dir, me)| shared::dir_view(env.dirs, env.dirs_trashing, &dir, &me)),
+        dir: shared::member_draft(inc, &env.config.models_root, (env.node, held_by.is_some()))
+            .map(|draft| draft.view(env.dirs, env.dirs_trashing, key, inc.uid())),
     }
 }
 

@@ -164,29 +164,16 @@ fn choose_plan(
     };
     let copy = copy_dest(models_root, org, repo, commit)?;
     let storage_uri = format!("hf://{org}/{repo}@{commit}");
-    Ok(Choice::Other(Plan::Shared { storage_uri, copy, link: dest.clone() }))
+    Ok(Choice::Other(Plan::Shared { storage_uri: storage_uri.into(), copy, link: dest.clone() }))
 }
 
-/// The directory an incarnation uses now and what it is to it: the one its plan fetches into,
-/// else the one it owns.
-///
-/// Only an incarnation that may be placed here fetches (a withdrawn or confirmed one, one the
-/// Node does not place, or one whose keys a colliding model `held` writes nothing, uses only
-/// what it owns, once any download of it has ended).
-pub fn member_of(
-    key: &ModelKey,
-    inc: &Incarnation,
-    models_root: &str,
-    placement: (Option<&NodeView>, bool),
-) -> Option<(Arc<str>, Member)> {
-    member_draft(inc, models_root, placement).map(|draft| draft.made(key, inc.uid(), models_root))
-}
-
-/// `member_of` borrowed from the incarnation wherever it can be, so that it is compared with
-/// what is registered before anything is made (most settles change nothing).
+/// The directory an incarnation uses now and what it is to it, borrowed from the incarnation
+/// wherever it can be, so that it is compared with what is registered before anything is made
+/// (most settles change nothing), and read by `view` without making anything.
 pub struct MemberDraft<'a> {
     dir: Cow<'a, str>,
-    source: Option<Cow<'a, str>>,
+    /// Shared with the spec or the plan it comes from: a member made from it allocates none.
+    source: Option<Cow<'a, Arc<str>>>,
     alive: bool,
     downloading: bool,
     trashing: bool,
@@ -194,7 +181,11 @@ pub struct MemberDraft<'a> {
     link_at: Option<&'a str>,
 }
 
-/// `member_of`'s answer, not yet made.
+/// The directory an incarnation uses now: the one its plan fetches into, else the one it owns.
+///
+/// Only an incarnation that may be placed here fetches (a withdrawn or confirmed one, one the
+/// Node does not place, or one whose keys a colliding model `held` writes nothing, uses only
+/// what it owns, once any download of it has ended).
 pub fn member_draft<'a>(
     inc: &'a Incarnation,
     models_root: &str,
@@ -209,10 +200,10 @@ pub fn member_draft<'a>(
         (Some(spec), Ok(Some(dest))) if spec.uri.as_ref().is_ok_and(|u| u.downloads()) && placed() => {
             match choose_plan(inc, spec, dest, models_root) {
                 Ok(Choice::Own) => {
-                    dest.beneath_root().map(|dir| (Cow::Borrowed(&*spec.storage_uri), Cow::Borrowed(dir)))
+                    dest.beneath_root().map(|dir| (Cow::Borrowed(&spec.storage_uri), Cow::Borrowed(dir)))
                 }
                 Ok(Choice::Other(plan)) => {
-                    plan.fetch_into().map(|(u, d)| (Cow::Owned(u.to_owned()), Cow::Owned(d.to_owned())))
+                    plan.fetch_into().map(|(u, d)| (Cow::Owned(Arc::clone(u)), Cow::Owned(d.to_owned())))
                 }
                 Err(_) => None,
             }
@@ -243,10 +234,14 @@ impl MemberDraft<'_> {
     /// The directory and the member, made.
     pub fn made(self, key: &ModelKey, uid: &Uid, models_root: &str) -> (Arc<str>, Member) {
         let link_abs = self.link_at.map(|at| format!("{}/{at}", models_root.trim_end_matches('/')).into_boxed_str());
-        let source = self.source.map(|s| Arc::from(&*s));
+        let source = self.source.map(Cow::into_owned);
         let (alive, downloading, trashing) = (self.alive, self.downloading, self.trashing);
         let member = Member { key: key.clone(), uid: uid.clone(), source, alive, downloading, trashing, link_abs };
         (Arc::from(&*self.dir), member)
+    }
+
+    fn source_str(&self) -> Option<&str> {
+        self.source.as_deref().map(|s| &**s)
     }
 
     /// Would `made` equal `registered`?
@@ -260,24 +255,44 @@ impl MemberDraft<'_> {
         **dir == *self.dir
             && m.key == *key
             && m.uid == *uid
-            && m.source.as_deref() == self.source.as_deref()
+            && m.source.as_deref() == self.source_str()
             && (m.alive, m.downloading, m.trashing) == (self.alive, self.downloading, self.trashing)
             && link_same
     }
 }
 
+/// A member as `dir_view` reads it, borrowed from its draft: a view makes nothing.
+pub struct MemberRef<'a> {
+    key: &'a ModelKey,
+    uid: &'a Uid,
+    source: Option<&'a str>,
+}
+
+impl MemberDraft<'_> {
+    /// What the draft's directory means for the incarnation (`key`, `uid`) it was drawn from.
+    pub fn view(
+        &self,
+        dirs: &Map<Arc<str>, Arc<DirUse>>,
+        trashing: &Set<Arc<str>>,
+        key: &ModelKey,
+        uid: &Uid,
+    ) -> DirView {
+        dir_view(dirs, trashing, &self.dir, &MemberRef { key, uid, source: self.source_str() })
+    }
+}
+
 /// What `dirs[dir]` means for `me`.
-pub fn dir_view(dirs: &Map<Arc<str>, Arc<DirUse>>, trashing: &Set<Arc<str>>, dir: &str, me: &Member) -> DirView {
+fn dir_view(dirs: &Map<Arc<str>, Arc<DirUse>>, trashing: &Set<Arc<str>>, dir: &str, me: &MemberRef) -> DirView {
     let Some(using) = dirs.get(dir) else {
         return DirView { trashing: trashing.contains(dir), ..DirView::default() };
     };
-    let others = || using.members.iter().filter(|m| m.uid != me.uid);
-    let same = |m: &&Member| m.source.is_some() && m.source == me.source;
+    let others = || using.members.iter().filter(|m| m.uid != *me.uid);
+    let same = |m: &&Member| m.source.is_some() && m.source.as_deref() == me.source;
     // A copy's path names what is in it: whoever its marker names or owns it shares it.
     let copy = copy_parts(dir).is_some();
     let other_source: Vec<&Uid> = others().filter(|m| !copy && !same(m)).map(|m| &m.uid).collect();
     let mut co_owners: Vec<Uid> = others().filter(|m| copy || same(m)).map(|m| m.uid.clone()).collect();
-    co_owners.extend(using.marked.iter().filter(|u| **u != me.uid && !other_source.contains(u)).cloned());
+    co_owners.extend(using.marked.iter().filter(|u| *u != me.uid && !other_source.contains(u)).cloned());
     co_owners.sort();
     co_owners.dedup();
     // A member that only owns the directory (nothing fetched in this run: its source is
@@ -285,7 +300,7 @@ pub fn dir_view(dirs: &Map<Arc<str>, Arc<DirUse>>, trashing: &Set<Arc<str>>, dir
     // incarnation of the same name shares it only once the marker names it (a stale list can
     // bring back an older uid after the newer one downloaded there).
     let shares = |m: &&Member| same(m) || (me.source.is_none() && m.source.is_some());
-    let sharer = |m: &&Member| m.alive && (m.key != me.key || using.marked.contains(&m.uid)) && shares(m);
+    let sharer = |m: &&Member| m.alive && (m.key != *me.key || using.marked.contains(&m.uid)) && shares(m);
     DirView {
         busy: others().any(|m| m.downloading),
         shared: others().any(|m| sharer(&m)),
@@ -296,12 +311,15 @@ pub fn dir_view(dirs: &Map<Arc<str>, Arc<DirUse>>, trashing: &Set<Arc<str>>, dir
 }
 
 /// The owner is the first member of the same source not gone (the others are its children).
-fn artifact_view(using: &DirUse, me: &Member) -> ArtifactView {
-    let same: Vec<&Member> = using.members.iter().filter(|m| m.alive && m.source == me.source).collect();
-    let owner = same.first().map_or(&me.key, |m| &m.key);
-    let children = if *owner == me.key {
-        let mut links: Vec<String> =
-            same.iter().filter(|m| m.uid != me.uid).filter_map(|m| m.link_abs.as_deref().map(str::to_string)).collect();
+fn artifact_view(using: &DirUse, me: &MemberRef) -> ArtifactView {
+    let same: Vec<&Member> = using.members.iter().filter(|m| m.alive && m.source.as_deref() == me.source).collect();
+    let owner = same.first().map_or(me.key, |m| &m.key);
+    let children = if owner == me.key {
+        let mut links: Vec<String> = same
+            .iter()
+            .filter(|m| m.uid != *me.uid)
+            .filter_map(|m| m.link_abs.as_deref().map(str::to_string))
+            .collect();
         links.sort();
         links
     } else {

@@ -229,7 +229,7 @@ pub fn want(inc: &Incarnation, ctx: &Context) -> Want {
     match (uri.provisioning(), dest) {
         (Provisioning::Nothing, _) => Want::Ready,
         (Provisioning::NotOnNodes, _) => Want::Hold,
-        (Provisioning::VerifyLocal, Some(dest)) => Want::Fetch(Plan::Verify { path: dest.absolute().to_string() }),
+        (Provisioning::VerifyLocal, Some(dest)) => Want::Fetch(Plan::Verify { path: dest.absolute_shared().clone() }),
         (Provisioning::Download, Some(dest)) => match ctx.root {
             // Unknown (not probed, or the filesystem did not answer): neither fetch nor fail.
             None => Want::Hold,
@@ -390,7 +390,7 @@ fn fill_spec_op(key: &ModelKey, inc: &Incarnation, ctx: &Context) -> Option<(Op,
         return None;
     }
     let dir = match plan {
-        Plan::Verify { path } => path.clone(),
+        Plan::Verify { path } => path.to_string(),
         Plan::Download { dest, .. } | Plan::Shared { copy: dest, .. } => dest.absolute().to_string(),
         Plan::Resolve { .. } => return None,
     };
@@ -475,16 +475,21 @@ fn fetch_op(key: &ModelKey, inc: &Incarnation, plan: &Plan, ctx: &Context) -> Op
     let co_owners = ctx.dir.as_ref().map(|d| d.co_owners.clone()).unwrap_or_default();
     let (key, uid) = (key.clone(), inc.uid().clone());
     let op = match plan {
-        Plan::Verify { path } => Op::VerifyLocal { key, uid, path: path.clone(), parse_metadata },
-        Plan::Download { storage_uri, dest } | Plan::Shared { storage_uri, copy: dest, .. } => {
-            Op::Download { key, uid, storage_uri: storage_uri.clone(), dest: dest.clone(), parse_metadata, co_owners }
-        }
+        Plan::Verify { path } => Op::VerifyLocal { key, uid, path: path.to_string(), parse_metadata },
+        Plan::Download { storage_uri, dest } | Plan::Shared { storage_uri, copy: dest, .. } => Op::Download {
+            key,
+            uid,
+            storage_uri: storage_uri.to_string(),
+            dest: dest.clone(),
+            parse_metadata,
+            co_owners,
+        },
         Plan::Resolve { storage_uri } => {
             let link = match &inc.dest {
                 Ok(Some(dest)) => dest.beneath_root().map(str::to_string).unwrap_or_default(),
                 _ => String::new(),
             };
-            Op::Resolve { key, uid, storage_uri: storage_uri.clone(), link }
+            Op::Resolve { key, uid, storage_uri: storage_uri.to_string(), link }
         }
     };
     Some((op, IncOp::Fetch { plan: Arc::new(plan.clone()) }))
