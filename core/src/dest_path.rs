@@ -6,6 +6,7 @@
 //! directory fd without following symlinks; this is the lexical half of that defence.
 
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::model::ModelSpec;
@@ -32,7 +33,7 @@ pub struct DestPath {
 
 impl DestPath {
     /// `absolute` (normalised), beneath the root from byte `beneath_at` (0: not beneath it).
-    fn new(absolute: String, beneath_at: usize) -> DestPath {
+    fn new(absolute: &str, beneath_at: usize) -> DestPath {
         debug_assert!(absolute.len() <= PATH_BYTES_MAX && absolute.is_char_boundary(beneath_at));
         let beneath_at = u32::try_from(beneath_at).expect("a path is at most PATH_BYTES_MAX bytes");
         DestPath { absolute: Arc::from(absolute), beneath_at }
@@ -40,8 +41,8 @@ impl DestPath {
 
     /// `absolute` as it is relative to `root` (both normalised, or `root` with its trailing `/`
     /// trimmed: `""` for the filesystem root); at most `PATH_BYTES_MAX` bytes.
-    pub fn under_root(absolute: String, root: &str) -> DestPath {
-        let beneath_at = relative_part(root, &absolute).map_or(0, |rel| absolute.len() - rel.len());
+    pub fn under_root(absolute: &str, root: &str) -> DestPath {
+        let beneath_at = relative_part(root, absolute).map_or(0, |rel| absolute.len() - rel.len());
         DestPath::new(absolute, beneath_at)
     }
 
@@ -91,19 +92,20 @@ impl TryFrom<DestPathParts> for DestPath {
             return Err(format!("a path of {} bytes, over {PATH_BYTES_MAX}", parts.absolute.len()));
         }
         let Some(rel) = parts.beneath_root.filter(|r| !r.is_empty()) else {
-            return Ok(DestPath::new(parts.absolute, 0));
+            return Ok(DestPath::new(&parts.absolute, 0));
         };
         let beneath_at = parts.absolute.len().saturating_sub(rel.len());
         let suffix = beneath_at > 0 && parts.absolute.ends_with(&*rel) && parts.absolute[..beneath_at].ends_with('/');
         if !suffix {
             return Err(format!("{rel:?} is not the end of the path {:?} beneath its root", parts.absolute));
         }
-        Ok(DestPath::new(parts.absolute, beneath_at))
+        Ok(DestPath::new(&parts.absolute, beneath_at))
     }
 }
 
-/// Lexically normalise an absolute path, rejecting what the agent must never act on.
-pub fn normalize_absolute(path: &str) -> Result<String, String> {
+/// Lexically normalise an absolute path, rejecting what the agent must never act on. Borrowed
+/// when it is normal already, as nearly every path is.
+pub fn normalize_absolute(path: &str) -> Result<Cow<'_, str>, String> {
     if path.is_empty() {
         return Err("the path is empty".into());
     }
@@ -116,10 +118,10 @@ pub fn normalize_absolute(path: &str) -> Result<String, String> {
     if path.len() > PATH_BYTES_MAX {
         return Err(format!("the path is longer than {PATH_BYTES_MAX} bytes"));
     }
-    // Nearly every path is normal already: one scan, one copy.
+    // Nearly every path is normal already: one scan, no copy.
     let normal = |c: &str| !matches!(c, "" | "." | "..") && c.len() <= COMPONENT_BYTES_MAX;
     if path[1..].split('/').all(normal) {
-        return Ok(path.to_string());
+        return Ok(Cow::Borrowed(path));
     }
     let mut parts = Vec::new();
     for c in path.split('/') {
@@ -132,7 +134,7 @@ pub fn normalize_absolute(path: &str) -> Result<String, String> {
             c => parts.push(c),
         }
     }
-    Ok(format!("/{}", parts.join("/")))
+    Ok(Cow::Owned(format!("/{}", parts.join("/"))))
 }
 
 /// `rel` when `path` is strictly beneath `root` (both normalised), else `None`.
@@ -151,15 +153,15 @@ pub fn dest_path(spec: &ModelSpec, models_root: &str) -> Result<Option<DestPath>
     let Ok(uri) = &spec.uri else { return Ok(None) };
     let provisioning = uri.provisioning();
     let user_path = spec.path.as_deref().filter(|p| !p.is_empty());
-    let raw = match (provisioning, user_path, uri) {
+    let raw: Cow<str> = match (provisioning, user_path, uri) {
         (Provisioning::Nothing | Provisioning::NotOnNodes, _, _) => return Ok(None),
-        (_, Some(p), _) => p.to_string(),
-        (Provisioning::VerifyLocal, None, StorageUri::Local { path }) => path.clone(),
-        (_, None, _) => format!("{}/{}", models_root.trim_end_matches('/'), spec.storage_uri),
+        (_, Some(p), _) => Cow::Borrowed(p),
+        (Provisioning::VerifyLocal, None, StorageUri::Local { path }) => Cow::Borrowed(path),
+        (_, None, _) => Cow::Owned(format!("{}/{}", models_root.trim_end_matches('/'), spec.storage_uri)),
     };
     let root = normalize_absolute(models_root).map_err(|e| format!("models root: {e}"))?;
     let absolute = normalize_absolute(&raw).map_err(|e| format!("spec.storage.path rejected: {e}"))?;
-    let dest = DestPath::under_root(absolute, &root);
+    let dest = DestPath::under_root(&absolute, &root);
     if provisioning == Provisioning::Download && dest.beneath_root().is_none() {
         return Err(format!(
             "spec.storage.path rejected: {:?} is not beneath the models root {root:?}; \
@@ -250,9 +252,9 @@ mod tests {
 
     #[test]
     fn a_copy_beneath_the_filesystem_root_is_beneath_it() {
-        let d = DestPath::under_root("/_artifacts/o/r/c".into(), "/");
+        let d = DestPath::under_root("/_artifacts/o/r/c", "/");
         assert_eq!((d.absolute(), d.beneath_root()), ("/_artifacts/o/r/c", Some("_artifacts/o/r/c")));
-        assert_eq!(DestPath::under_root("/mnt/modelsx/a".into(), "/mnt/models").beneath_root(), None);
+        assert_eq!(DestPath::under_root("/mnt/modelsx/a", "/mnt/models").beneath_root(), None);
     }
 
     #[test]

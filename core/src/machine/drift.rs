@@ -253,7 +253,7 @@ impl Claimed {
 /// One incarnation takes what the snapshot shows; true if anything about it changed.
 fn observe_incarnation(inc: &mut Incarnation, seen: &Seen, label_is_its: bool, dir: Option<&OwnedDir>) -> bool {
     let mut changed = false;
-    let entry_is_its = seen.entry.is_some_and(|e| wire::entry_is_of(&e.owner(), inc.uid().as_str()));
+    let entry_is_its = seen.entry.is_some_and(|e| e.is_of(inc.uid().as_str()));
     let observed = match (label_is_its && seen.label_present, entry_is_its) {
         (false, false) => Published::Nothing,
         (true, true) => match (&inc.published, seen.label, seen.entry.and_then(|e| e.status)) {
@@ -306,6 +306,20 @@ mod tests {
             .filter(|(path, uids)| unclaimed(path, uids) && !dirs.contains_key(*path))
             .map(|(path, uids)| (path.to_string(), uids))
             .collect()
+    }
+
+    /// The drift pass's shortcut keeps the one ownership rule: for every shape of entry.
+    #[test]
+    fn an_entry_is_of_a_uid_as_the_ownership_rule_says() {
+        for status in [None, Some(ModelStatus::Ready), Some(ModelStatus::Failed)] {
+            for uid in [None, Some(Uid::new("a"))] {
+                let view = EntryView { status, uid: uid.clone() };
+                for asked in ["a", "b", ""] {
+                    let rule = wire::entry_is_of(&view.owner(), asked);
+                    assert_eq!(view.is_of(asked), rule, "{view:?} asked for {asked:?}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -277,6 +277,15 @@ impl EntryView {
         }
     }
 
+    /// `wire::entry_is_of(&self.owner(), uid)` without making the owner (a drift pass asks it
+    /// of every entry).
+    pub fn is_of(&self, uid: &str) -> bool {
+        match (&self.status, &self.uid) {
+            (Some(_), Some(u)) => u.as_str() == uid,
+            (None, _) | (Some(_), None) => true,
+        }
+    }
+
     pub fn owner(&self) -> EntryOwner {
         match (&self.status, &self.uid) {
             (None, _) => EntryOwner::Unreadable,

@@ -107,7 +107,7 @@ pub fn copy_dest(models_root: &str, org: &str, repo: &str, commit: &str) -> Resu
     if absolute.len() > crate::dest_path::PATH_BYTES_MAX {
         return Err(format!("the copy of {org}/{repo} would be a path of {} bytes", absolute.len()));
     }
-    Ok(DestPath::under_root(absolute, root))
+    Ok(DestPath::under_root(&absolute, root))
 }
 
 /// `(org, repo, commit)` of a copy's path beneath the root.
