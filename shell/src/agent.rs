@@ -194,9 +194,12 @@ impl Agent {
                 self.ctx.events.failed(key, uid, reason);
             }
         }
-        for effect in output.effects {
+        let mut effects = output.effects;
+        for effect in effects.drain(..) {
             dispatch(&self.ctx, effect);
         }
+        // Its room carries the next step's effects.
+        self.state.recycle(effects);
         self.shared.beat();
     }
 

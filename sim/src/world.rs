@@ -492,7 +492,8 @@ impl World {
             self.note(node, note);
         }
         let generation = self.nodes[node].generation;
-        for effect in output.effects {
+        let mut effects = output.effects;
+        for effect in effects.drain(..) {
             if self.nodes[node].shutdown && effect.op.is_destructive() {
                 let text = format!("destructive effect after shutdown began: {:?}", effect.op);
                 self.violation_on(node, None, text);
@@ -514,6 +515,9 @@ impl World {
                 _ => self.latency(self.timing.effect_ms_max),
             };
             self.schedule(self.now + delay, Ev::Execute { node, generation, effect });
+        }
+        if let Agent::Core(state) = &mut self.nodes[node].agent {
+            state.recycle(effects);
         }
         let deadline = match &self.nodes[node].agent {
             Agent::Core(state) => state.next_deadline().map(Instant::as_ms),

@@ -287,6 +287,8 @@ pub struct State {
     /// clone gets none).
     spare_keys: Vec<ModelKey>,
     spare_due: Vec<ModelKey>,
+    /// An emptied list of effects a caller gave back (`recycle`), for the next step's output.
+    spare_effects: Vec<Effect>,
 }
 
 /// What one step returns: effects for the shell to execute, in order, and notes for people
@@ -356,6 +358,7 @@ impl State {
             read_timed_out: Arc::from(format!("live read timed out after {} ms", config.live_read_timeout_ms)),
             spare_keys: Vec::new(),
             spare_due: Vec::new(),
+            spare_effects: Vec::new(),
             config: Arc::new(config),
             effect_id_next: 1,
             seq: 0,
@@ -404,6 +407,17 @@ impl State {
         self.next_timer().map(|(at, _)| at)
     }
 
+    /// Gives back a step's list of effects once the caller has taken them out, so that the
+    /// next step's output reuses its room instead of allocating (a caller that never gives one
+    /// back loses nothing). A list that grew large is dropped.
+    pub fn recycle(&mut self, mut effects: Vec<Effect>) {
+        const SPARE_EFFECTS_MAX: usize = 16;
+        effects.clear();
+        if effects.capacity() <= SPARE_EFFECTS_MAX && effects.capacity() > self.spare_effects.capacity() {
+            self.spare_effects = effects;
+        }
+    }
+
     /// Effects decided but held for the next step (`effects_per_step_max`).
     pub fn backlog_len(&self) -> usize {
         self.backlog.len()
@@ -439,7 +453,7 @@ impl State {
             seq: self.seq,
             candidates_here: 0,
             verdicts: Vec::new(),
-            out: Vec::new(),
+            out: std::mem::take(&mut self.spare_effects),
             notes: Vec::new(),
             dirty: std::mem::take(&mut self.spare_keys),
             copy_released: false,

@@ -91,3 +91,22 @@ fn time_never_goes_backwards() {
     h.now = 999;
     h.input(Input::Tick);
 }
+
+/// A list of effects given back carries the next step's output (its room, not its effects); a
+/// list grown past the limit is not kept, and a clone of the state keeps no room.
+#[test]
+fn a_recycled_list_of_effects_carries_the_next_output_within_a_limit() {
+    let mut s = State::new(config());
+    let first = s.handle(Instant(0), Input::Tick);
+    assert!(first.effects.iter().any(|e| matches!(e.op, Op::ProbeRoot)), "{first:?}");
+    let room = first.effects.as_ptr();
+    s.recycle(first.effects);
+    assert_eq!(s.clone().spare_effects.capacity(), 0);
+    let second = s.handle(Instant(1), Input::Tick);
+    assert!(second.effects.is_empty(), "{second:?}");
+    assert_eq!(second.effects.as_ptr(), room, "the given-back list is the output");
+    s.recycle(Vec::with_capacity(1_000));
+    assert_eq!(s.spare_effects.capacity(), 0, "a large list is dropped");
+    s.recycle(second.effects);
+    assert!(s.spare_effects.capacity() > 0);
+}
