@@ -192,7 +192,7 @@ impl State {
             dirs,
             dirs_trashing,
         };
-        let before: Vec<(Arc<str>, Uid)> = registrations(slot);
+        let before = registrations(slot);
         st.copy_released |= drive(&env, &mut emitter, timers, stats, key, slot);
         if !before.is_empty() {
             let gone: Vec<(Arc<str>, Uid)> =
@@ -233,13 +233,14 @@ pub(super) struct Env<'a> {
 }
 
 /// The directories a slot's incarnations are registered in.
-fn registrations(slot: &Slot) -> Vec<(Arc<str>, Uid)> {
-    if slot.all().all(|i| i.share.is_none()) {
-        return Vec::new();
+fn registrations(slot: &Slot) -> FirstAndRest<(Arc<str>, Uid)> {
+    let mut out = FirstAndRest::default();
+    for inc in slot.all() {
+        if let Some((dir, _)) = inc.share.as_ref().and_then(|s| s.registered.as_ref()) {
+            out.push((dir.clone(), inc.uid().clone()));
+        }
     }
-    slot.all()
-        .filter_map(|i| i.share.as_ref()?.registered.as_ref().map(|(dir, _)| (dir.clone(), i.uid().clone())))
-        .collect()
+    out
 }
 
 /// Emit the next effect of every incarnation of `key` that is free to act, and drop the
@@ -254,7 +255,7 @@ pub(super) fn drive(
     slot: &mut Slot,
 ) -> bool {
     let mut copy_released = false;
-    let mut actions: Vec<(Uid, Op, IncOp)> = Vec::new();
+    let mut actions = FirstAndRest::default();
     let mut cancels: Vec<Uid> = Vec::new();
     let mut finished: Vec<Uid> = Vec::new();
     // Earlier incarnations first: the current one acts only once none of them is pending, has an
@@ -495,7 +496,47 @@ fn owns_unreserved_dir(inc: &Incarnation) -> bool {
 
 /// Emit each decided effect and mark it in flight for its incarnation; a Failed publish is
 /// noted once, here.
-fn emit_actions(emitter: &mut Emitter, key: &ModelKey, slot: &mut Slot, actions: Vec<(Uid, Op, IncOp)>) {
+/// A list of one item per incarnation, in order, the first kept inline: a record has one
+/// incarnation nearly always, and a vector allocated room for four at every settle.
+struct FirstAndRest<T> {
+    first: Option<T>,
+    rest: Vec<T>,
+}
+
+impl<T> Default for FirstAndRest<T> {
+    fn default() -> Self {
+        FirstAndRest { first: None, rest: Vec::new() }
+    }
+}
+
+impl<T> FirstAndRest<T> {
+    fn push(&mut self, item: T) {
+        if self.first.is_none() {
+            self.first = Some(item);
+        } else {
+            self.rest.push(item);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &T> {
+        self.first.iter().chain(&self.rest)
+    }
+}
+
+impl<T> IntoIterator for FirstAndRest<T> {
+    type Item = T;
+    type IntoIter = std::iter::Chain<std::option::IntoIter<T>, std::vec::IntoIter<T>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.first.into_iter().chain(self.rest)
+    }
+}
+
+fn emit_actions(emitter: &mut Emitter, key: &ModelKey, slot: &mut Slot, actions: FirstAndRest<(Uid, Op, IncOp)>) {
     for (uid, op, what) in actions {
         if let IncOp::Publish { status: ModelStatus::Failed, reason } = &what {
             let reason = reason.as_deref().unwrap_or("Failed").to_string();
@@ -600,5 +641,23 @@ pub(super) fn set_membership(set: &mut Set<ModelKey>, key: &ModelKey, indexed: &
         set.insert(key.clone());
     } else {
         set.remove(key);
+    }
+}
+
+#[cfg(test)]
+mod first_and_rest_tests {
+    use super::FirstAndRest;
+
+    /// In the order pushed, borrowed or taken, whether one item or several.
+    #[test]
+    fn items_come_back_in_the_order_pushed() {
+        let mut list = FirstAndRest::default();
+        assert!(list.is_empty() && list.iter().next().is_none());
+        for item in 1..=3 {
+            list.push(item);
+            assert!(!list.is_empty());
+        }
+        assert_eq!(list.iter().copied().collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!(list.into_iter().collect::<Vec<_>>(), [1, 2, 3]);
     }
 }
