@@ -246,10 +246,8 @@ enum Ev {
 
 /// Violations kept per run; more are counted but not stored.
 pub const VIOLATIONS_KEPT_MAX: usize = 100;
-/// Emptied instants' queues kept for reuse, each with room for at most
-/// `SPARE_INSTANT_EVENTS_MAX` events: a storm's crowded instants would otherwise stay allocated.
+/// Emptied instants' queues kept for reuse; each holds the room of its busiest instant.
 const SPARE_INSTANTS_MAX: usize = 64;
-const SPARE_INSTANT_EVENTS_MAX: usize = 64;
 
 pub struct World {
     pub now: u64,
@@ -257,7 +255,7 @@ pub struct World {
     seed: u64,
     /// Per instant, its events in the order they were scheduled (which is the order they run).
     queue: BTreeMap<u64, VecDeque<Ev>>,
-    /// Emptied queues of past instants, reused by new ones (bounded in number and room): an
+    /// Emptied queues of past instants, reused by new ones (at most `SPARE_INSTANTS_MAX`): an
     /// instant's queue otherwise grew from nothing, copying its events, at every instant.
     spare_instants: Vec<VecDeque<Ev>>,
     pub api: Api,
@@ -390,7 +388,7 @@ impl World {
             let ev = instant.get_mut().pop_front().expect("an instant in the queue has an event");
             if instant.get().is_empty() {
                 let emptied = instant.remove();
-                if self.spare_instants.len() < SPARE_INSTANTS_MAX && emptied.capacity() <= SPARE_INSTANT_EVENTS_MAX {
+                if self.spare_instants.len() < SPARE_INSTANTS_MAX {
                     self.spare_instants.push(emptied);
                 }
             }
