@@ -246,8 +246,6 @@ enum Ev {
 
 /// Violations kept per run; more are counted but not stored.
 pub const VIOLATIONS_KEPT_MAX: usize = 100;
-/// Emptied instants' queues kept for reuse; each holds the room of its busiest instant.
-const SPARE_INSTANTS_MAX: usize = 64;
 
 pub struct World {
     pub now: u64,
@@ -255,9 +253,6 @@ pub struct World {
     seed: u64,
     /// Per instant, its events in the order they were scheduled (which is the order they run).
     queue: BTreeMap<u64, VecDeque<Ev>>,
-    /// Emptied queues of past instants, reused by new ones (at most `SPARE_INSTANTS_MAX`): an
-    /// instant's queue otherwise grew from nothing, copying its events, at every instant.
-    spare_instants: Vec<VecDeque<Ev>>,
     pub api: Api,
     pub nodes: Vec<SimNode>,
     pub agent_kind: AgentKind,
@@ -295,7 +290,6 @@ impl World {
             prng: Prng::new(seed ^ 0x5EED_0F51_u64),
             seed,
             queue: BTreeMap::new(),
-            spare_instants: Vec::new(),
             api: Api::new(nodes),
             nodes: (0..nodes)
                 .map(|_| SimNode {
@@ -339,8 +333,7 @@ impl World {
     }
 
     fn schedule(&mut self, t: u64, ev: Ev) {
-        let spare = &mut self.spare_instants;
-        self.queue.entry(t).or_insert_with(|| spare.pop().unwrap_or_default()).push_back(ev);
+        self.queue.entry(t).or_default().push_back(ev);
     }
 
     fn latency(&mut self, max: u64) -> u64 {
@@ -387,10 +380,7 @@ impl World {
             self.now = *instant.key();
             let ev = instant.get_mut().pop_front().expect("an instant in the queue has an event");
             if instant.get().is_empty() {
-                let emptied = instant.remove();
-                if self.spare_instants.len() < SPARE_INSTANTS_MAX {
-                    self.spare_instants.push(emptied);
-                }
+                instant.remove();
             }
             self.events_processed += 1;
             self.process(ev);
