@@ -108,10 +108,11 @@ pub struct FetchFailed {
 }
 
 /// How the weights are made available; a changed plan (new URI or path) fetches again.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 ///
-/// Its strings are shared with the record's destination and the object's spec: a settle builds
-/// the plan it wants without allocating, and compares it with the one it has by pointer first.
+/// A verify's and an own download's strings are shared with the record's destination and the
+/// object's spec: a settle builds such a plan without allocating, and compares it with the one
+/// it has by pointer first. A shared copy's pinned URI and paths are made at each settle.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Plan {
     Verify {
         path: Arc<str>,

@@ -494,8 +494,6 @@ fn owns_unreserved_dir(inc: &Incarnation) -> bool {
     (inc.owned_dir().is_some() && !inc.obj.spec().is_some_and(|s| s.reserve_artifact)) || inc.link().is_some()
 }
 
-/// Emit each decided effect and mark it in flight for its incarnation; a Failed publish is
-/// noted once, here.
 /// A list of one item per incarnation, in order, the first kept inline: a record has one
 /// incarnation nearly always, and a vector allocated room for four at every settle.
 struct FirstAndRest<T> {
@@ -536,6 +534,8 @@ impl<T> IntoIterator for FirstAndRest<T> {
     }
 }
 
+/// Emit each decided effect and mark it in flight for its incarnation; a Failed publish is
+/// noted once, here.
 fn emit_actions(emitter: &mut Emitter, key: &ModelKey, slot: &mut Slot, actions: FirstAndRest<(Uid, Op, IncOp)>) {
     for (uid, op, what) in actions {
         if let IncOp::Publish { status: ModelStatus::Failed, reason } = &what {
