@@ -371,10 +371,13 @@ impl EntryOwner {
 /// and one no other uid has claimed (anonymous or unreadable), are; another uid's never is.
 /// The core decides drift with it; the shell and the simulator remove entries with it.
 pub fn entry_is_of(owner: &EntryOwner, uid: &str) -> bool {
-    match owner {
-        EntryOwner::Uid(u) => u == uid,
-        EntryOwner::Anonymous | EntryOwner::Unreadable => true,
-    }
+    claim_is_of(owner.uid(), uid)
+}
+
+/// `entry_is_of` for an entry that names `claimed` (`EntryOwner::uid`: none for an anonymous
+/// or unreadable one), for a reader that has the uid without an `EntryOwner`.
+pub fn claim_is_of(claimed: Option<&str>, uid: &str) -> bool {
+    claimed.is_none_or(|c| c == uid)
 }
 
 /// One change to a node's ConfigMap data, from one effect.

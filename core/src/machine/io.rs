@@ -278,12 +278,10 @@ impl EntryView {
     }
 
     /// `wire::entry_is_of(&self.owner(), uid)` without making the owner (a drift pass asks it
-    /// of every entry).
+    /// of every entry): the uid an unreadable entry carries claims nothing.
     pub fn is_of(&self, uid: &str) -> bool {
-        match (&self.status, &self.uid) {
-            (Some(_), Some(u)) => u.as_str() == uid,
-            (None, _) | (Some(_), None) => true,
-        }
+        let claimed = self.status.and(self.uid.as_ref()).map(Uid::as_str);
+        crate::wire::claim_is_of(claimed, uid)
     }
 
     pub fn owner(&self) -> EntryOwner {
