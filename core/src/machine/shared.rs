@@ -240,6 +240,17 @@ impl MemberDraft<'_> {
         (Arc::from(&*self.dir), member)
     }
 
+    /// What the draft's directory means for the incarnation (`key`, `uid`) it was drawn from.
+    pub fn view(
+        &self,
+        dirs: &Map<Arc<str>, Arc<DirUse>>,
+        trashing: &Set<Arc<str>>,
+        key: &ModelKey,
+        uid: &Uid,
+    ) -> DirView {
+        dir_view(dirs, trashing, &self.dir, &MemberRef { key, uid, source: self.source_str() })
+    }
+
     fn source_str(&self) -> Option<&str> {
         self.source.as_deref().map(|s| &**s)
     }
@@ -262,23 +273,10 @@ impl MemberDraft<'_> {
 }
 
 /// A member as `dir_view` reads it, borrowed from its draft: a view makes nothing.
-pub struct MemberRef<'a> {
+struct MemberRef<'a> {
     key: &'a ModelKey,
     uid: &'a Uid,
     source: Option<&'a str>,
-}
-
-impl MemberDraft<'_> {
-    /// What the draft's directory means for the incarnation (`key`, `uid`) it was drawn from.
-    pub fn view(
-        &self,
-        dirs: &Map<Arc<str>, Arc<DirUse>>,
-        trashing: &Set<Arc<str>>,
-        key: &ModelKey,
-        uid: &Uid,
-    ) -> DirView {
-        dir_view(dirs, trashing, &self.dir, &MemberRef { key, uid, source: self.source_str() })
-    }
 }
 
 /// What `dirs[dir]` means for `me`.
