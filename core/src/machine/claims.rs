@@ -29,8 +29,11 @@ pub(super) struct Contest {
     /// Another model not confirmed gone may have the label, or is placed here and maps to it:
     /// never remove it.
     pub(super) fenced: bool,
-    /// Another model leaving has an effect in flight (its removal of the shared label, say):
-    /// nothing is written to the shared keys until it lands.
+    /// Another model has an effect in flight that may write the shared keys: a leaving one's
+    /// (its removal of the shared label, say), or, for a model no other holds, a live one's
+    /// other than a download (a publish sent before this model outranked it). Nothing is
+    /// written to the shared keys until it lands, or the earlier write would land over the
+    /// later one.
     pub(super) settling: bool,
 }
 
@@ -181,13 +184,17 @@ fn rank(key: &ModelKey, inc: &Incarnation) -> Rank {
 }
 
 /// An incarnation of `slot` alive as far as the core knows and placed here (or still with
-/// something here), the current one first: only such a model can own a shared key. A former
-/// one counts too, since which uid of a name is alive may be unknown for a while (a stale
-/// relist can show an old uid after a new one).
+/// something here, or not known yet to have nothing here), the current one first: only such a
+/// model can own a shared key. A former one counts too, since which uid of a name is alive may
+/// be unknown for a while (a stale relist can show an old uid after a new one). After a start,
+/// until the first snapshot says what is on the node, a model the Node's view does not place
+/// may still have its label and entry here (a wiped Node, say): a colliding model it outranks
+/// must not write over them meanwhile.
 fn claimant<'a>(slot: &'a Slot, node: Option<&NodeView>) -> Option<&'a Incarnation> {
     let claims = |inc: &&Incarnation| {
         let alive = matches!(inc.life, Life::Observed | Life::PendingConfirm { .. });
-        alive && (eligible_now(inc, node) == Some(true) || inc.something_here())
+        let maybe_here = inc.something_here() || inc.published == Published::Unknown;
+        alive && (eligible_now(inc, node) == Some(true) || maybe_here)
     };
     slot.current.iter().chain(slot.former.iter()).find(claims)
 }
@@ -207,6 +214,7 @@ pub(super) fn contest(
         return None;
     }
     let mut contest = Contest::default();
+    let mut writes_in_flight = false;
     let mine = slots.get(key).and_then(|s| claimant(s, node)).map(|inc| rank(key, inc));
     let mut best: Option<(Rank, &ModelKey)> = None;
     for other in &colliders {
@@ -217,6 +225,7 @@ pub(super) fn contest(
         let alive = |i: &Incarnation| matches!(i.life, Life::Observed | Life::PendingConfirm { .. });
         contest.fenced |= slot.all().any(|i| alive(i) && i.claims_label());
         contest.settling |= slot.all().any(|i| !alive(i) && i.inflight.is_some());
+        writes_in_flight |= slot.all().any(|i| alive(i) && i.inflight.is_some() && i.download.is_none());
         if let Some(inc) = claimant(slot, node) {
             contest.fenced = true;
             let r = rank(other, inc);
@@ -230,6 +239,9 @@ pub(super) fn contest(
     {
         contest.held_by = Some(owner.clone());
     }
+    // Only the model that would write the shared keys next waits for them: a held one writes
+    // nothing, and must go on being reported as held.
+    contest.settling |= writes_in_flight && contest.held_by.is_none();
     Some(contest)
 }
 

@@ -279,6 +279,13 @@ fn observe_incarnation(inc: &mut Incarnation, seen: &Seen, label_is_its: bool, d
             inc.fetched = Fetched::No;
             changed = true;
         }
+        // No marker names it any more (trashed, or another uid's download took the path): it
+        // owns nothing there, and keeps no one else's weights as its own. A shared copy's
+        // marker is read apart (its users are its marker's uids and its links).
+        (None, _) if inc.owned_dir().is_some_and(|d| !shared::in_artifacts(d)) => {
+            inc.set_owned_dir(None);
+            changed = true;
+        }
         _ => {}
     }
     changed

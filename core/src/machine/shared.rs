@@ -185,17 +185,17 @@ pub struct MemberDraft<'a> {
 ///
 /// Only an incarnation that may be placed here fetches (a withdrawn or confirmed one, one the
 /// Node does not place, or one whose keys a colliding model `held` writes nothing, uses only
-/// what it owns, once any download of it has ended).
+/// what it owns, once any download of it has ended). A held one that owns the directory it would
+/// fetch into (its uid in the marker: it fetched there before a restart, say) stays a member
+/// of it as a fetching member would: a member leaving must not trash its weights (its Ready
+/// entry may still be on the node).
 pub fn member_draft<'a>(
     inc: &'a Incarnation,
     models_root: &str,
     (node, held): (Option<&NodeView>, bool),
 ) -> Option<MemberDraft<'a>> {
-    let placed = || {
-        !held
-            && matches!(inc.life, Life::Observed | Life::PendingConfirm { .. })
-            && eligible_now(inc, node) != Some(false)
-    };
+    let placed =
+        || matches!(inc.life, Life::Observed | Life::PendingConfirm { .. }) && eligible_now(inc, node) != Some(false);
     let plan = || match (inc.obj.spec(), &inc.dest) {
         (Some(spec), Ok(Some(dest))) if spec.uri.as_ref().is_ok_and(|u| u.downloads()) && placed() => {
             match choose_plan(inc, spec, dest, models_root) {
@@ -210,6 +210,7 @@ pub fn member_draft<'a>(
         }
         _ => None,
     };
+    let plan = || plan().filter(|(_, dir)| !held || inc.owned_dir() == Some(&**dir));
     // A download still running (being cancelled, say) keeps it in that directory until it ends:
     // nothing else is decided for it meanwhile.
     let running = inc.download.as_ref().and_then(|run| run.plan.fetch_into());

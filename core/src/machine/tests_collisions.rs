@@ -201,3 +201,63 @@ fn a_new_owner_of_a_shared_key_writes_only_once_the_last_owner_s_removal_landed(
     let all = h.settle(e);
     assert_eq!(publishers(&all).first(), Some(&("u-bm".to_string(), true)), "{all:?}");
 }
+
+#[test]
+fn an_owner_waits_for_the_loser_s_publish_in_flight_before_writing_the_shared_keys() {
+    // The simulator's swarm, seed 5004255: the BaseModel published first, alone on the key; the
+    // ClusterBaseModel, which ranks first, arrived while that publish was in flight. Written at
+    // once, the owner's entry would be overwritten by the loser's when it landed.
+    let (cbm, bm) = pair();
+    let mut h = H::new();
+    let e = h.start(false, vec![]);
+    h.settle(e);
+    let e = h.apply(bm.clone());
+    let loser = |op: &Op| matches!(op, Op::Publish { uid, .. } if uid.as_str() == "u-bm");
+    let e = h.settle_except(e, loser);
+    let loser_publish = e.iter().find(|e| loser(&e.op)).expect("the loser's publish, left in flight").clone();
+    let e = h.apply(cbm.clone());
+    let early = h.settle(e);
+    assert!(publishers(&early).is_empty(), "written while the loser's publish was in flight: {early:?}");
+    let e = h.input(Input::EffectDone { id: loser_publish.id, outcome: Outcome::Done });
+    let all = h.settle(e);
+    assert_eq!(publishers(&all), vec![("u-cbm".to_string(), true)], "{all:?}");
+    assert_eq!(collision_notes(&h), vec![(bm.key.clone(), cbm.key.clone())], "noted once, naming the owner");
+}
+
+#[test]
+fn after_a_start_a_model_the_node_s_view_does_not_place_keeps_its_keys_until_a_snapshot_shows_them() {
+    // The simulator's swarm, seed 2280: the agent restarted while the Node's labels were wiped.
+    // The ClusterBaseModel, which ranks first, is not placed by the wiped view, but its label and
+    // entry are still on the node: the BaseModel must not write over them before the first
+    // snapshot says what is there, nor after it while they are there.
+    let (cbm, bm) = pair();
+    let cbm = gpu_only(cbm);
+    let mut h = H::new();
+    let e = h.start_on(node(&[]), false, vec![cbm.clone(), bm.clone()]);
+    let sid = snapshot_request(&e);
+    let e = h.settle_except(e, |op| *op == Op::Snapshot);
+    assert!(publishers(&e).is_empty(), "written before the first snapshot: {e:?}");
+    let (label_key, cm_key) = (wire::label_key(&cbm.key), wire::configmap_key(&cbm.key));
+    let entry = EntryView { status: Some(ModelStatus::Ready), uid: Some(cbm.uid.clone()) };
+    let snapshot = DriftSnapshot {
+        labels: [(Arc::from(label_key.as_str()), Arc::from("Ready"))].into(),
+        entries: [(Arc::from(cm_key.as_str()), entry)].into(),
+        ..DriftSnapshot::default()
+    };
+    let e = h.input(Input::DriftObserved { id: sid, snapshot });
+    let e = h.settle_except(e, |op| matches!(op, Op::LiveGet { .. } | Op::LiveGetNode));
+    assert!(publishers(&e).is_empty(), "written over the owner's entry: {e:?}");
+}
+
+#[test]
+fn after_a_start_a_model_outranked_only_until_the_first_snapshot_publishes_once_it_shows_nothing() {
+    let (cbm, bm) = pair();
+    let cbm = gpu_only(cbm);
+    let mut h = H::new();
+    let e = h.start_on(node(&[]), false, vec![cbm.clone(), bm.clone()]);
+    let sid = snapshot_request(&e);
+    h.settle_except(e, |op| *op == Op::Snapshot);
+    let e = h.input(Input::DriftObserved { id: sid, snapshot: DriftSnapshot::default() });
+    let all = h.settle(e);
+    assert_eq!(publishers(&all), vec![("u-bm".to_string(), true)], "{all:?}");
+}

@@ -445,6 +445,48 @@ fn a_model_whose_keys_another_holds_does_not_keep_a_path_it_never_wrote() {
 }
 
 #[test]
+fn a_held_model_the_marker_names_keeps_the_path_when_the_other_member_leaves() {
+    // The simulator's swarm, seed 5002019: BaseModel `x` in namespace `clusterbasemodel`
+    // downloaded into the shared path before a restart, and now ClusterBaseModel `basemodel.x`,
+    // which ranks first, holds its keys. `prefill`, the other member, leaves: x's weights stay
+    // (its entry may still say Ready). Once x leaves too, the path goes.
+    let mut h = H::new();
+    let a = obj(&ModelKey::cluster("prefill"), "p1", "hf://org/repo", Some("/mnt/models/shared"));
+    let owner = obj(&ModelKey::cluster("basemodel.x"), "o1", "vendor://nvidia/nim/x", None);
+    let held = obj(&ModelKey::namespaced("clusterbasemodel", "x"), "x1", "hf://org/repo", Some("/mnt/models/shared"));
+    let marked = ["p1", "x1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u) });
+    let models = vec![a.clone(), owner.clone(), held.clone()];
+    let mut seen = Seen::default();
+    let e = h.start(true, models.clone());
+    run(&mut h, e, &mut seen, &marked, &models);
+    assert_eq!(h.view(&held.key, "x1").owned_dir.as_deref(), Some("shared"));
+    let e = delete(&mut h, &a);
+    run(&mut h, e, &mut seen, &marked, &[owner.clone(), held.clone()]);
+    assert!(seen.trashed.is_empty(), "x1's weights are there: {:?}", seen.trashed);
+    let e = delete(&mut h, &held);
+    run(&mut h, e, &mut seen, &marked, std::slice::from_ref(&owner));
+    assert_eq!(seen.trashed, vec!["shared".to_string()]);
+}
+
+#[test]
+fn a_held_model_forgets_a_path_whose_marker_no_longer_names_it() {
+    // The simulator's swarm, seed 380: another uid's download took the path a held model had
+    // owned, and the held model, a member of it as its owner, kept it from being trashed for good.
+    let mut h = H::new();
+    let owner = obj(&ModelKey::cluster("basemodel.x"), "o1", "vendor://nvidia/nim/x", None);
+    let held = obj(&ModelKey::namespaced("clusterbasemodel", "x"), "x1", "hf://org/repo", Some("/mnt/models/shared"));
+    let models = vec![owner.clone(), held.clone()];
+    let mut seen = Seen::default();
+    let e = h.start(true, models.clone());
+    run(&mut h, e, &mut seen, &[OwnedDir { path: "shared".into(), uid: Uid::new("x1") }], &models);
+    assert_eq!(h.view(&held.key, "x1").owned_dir.as_deref(), Some("shared"));
+    let e = h.advance(h.s.config().drift_period_ms * 2);
+    run(&mut h, e, &mut seen, &[OwnedDir { path: "shared".into(), uid: Uid::new("p9") }], &models);
+    assert_eq!(h.view(&held.key, "x1").owned_dir, None);
+    assert!(seen.trashed.is_empty(), "{:?}", seen.trashed);
+}
+
+#[test]
 fn an_older_uid_a_stale_list_brings_back_never_trashes_the_path_its_successor_downloaded() {
     // After a restart `m` (uid n1) downloaded into its path, which the marker says it shares
     // with its predecessor o1 (same source, same path). A stale list shows o1 again: the live
