@@ -8,8 +8,9 @@
 
 use model_agent_core::prng::Prng;
 
-// The simulator's allocator, so that the working set is laid out (huge pages included) as the
-// simulator's heap is.
+// The simulator's allocator, so that the working set is laid out as the simulator's heap is (on
+// a host whose transparent huge pages are `madvise`-only, in 4 KiB pages: the larger sets then
+// pay page walks too, as the simulator does).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -40,7 +41,7 @@ fn one_cycle(slots: usize) -> Vec<usize> {
 
 fn nanos_per_load(next: &[usize]) -> f64 {
     let mut at = 0;
-    // One lap's worth of warming at most: the first touches fault the pages in.
+    // Up to one lap before the clock starts, so that the caches hold what they would in a run.
     for _ in 0..next.len().min(LOADS_TIMED) {
         at = next[at];
     }
