@@ -32,9 +32,10 @@ fn a_delete_during_a_held_placement_exit_is_not_lost() {
     assert!(w.violations.is_empty(), "{:#?}\n{}", w.violations, w.history_dump.join("\n"));
 }
 
-/// Swarm seeds found on 2026-12-06 by running seeds 0-3,999 and 5,000,000-5,004,300 (every one
-/// is a wiped Node or a restart meeting two colliding names, `x` and `basemodel.x`). Each failed
-/// before the fixes named beside it, and each runs in well under a second:
+/// Swarm seeds found on 2026-12-06 by running seeds 0-2,999 and 5,000,000-5,004,300 (every one
+/// is a wiped Node or a restart meeting two colliding names, `x` and `basemodel.x`), and two that
+/// failed only with a fix as first written. Each failed before the fix named beside it, and each
+/// runs in well under a second:
 /// - a held model (its keys owned by a ClusterBaseModel that ranks first) whose uid the
 ///   marker names was no member of its directory, so the other member leaving trashed its
 ///   weights under its Ready entry (`shared::member_draft`; 5002019, 5002460, 5003578,
@@ -43,12 +44,15 @@ fn a_delete_during_a_held_placement_exit_is_not_lost() {
 ///   in flight: the loser's landed over it (`claims::contest`, `settling`; 5004255);
 /// - after a restart on a wiped Node, the ClusterBaseModel was no claimant until the first
 ///   snapshot, and the BaseModel wrote over its entry (`claims::claimant`; 2280);
-/// - and, with the first fix, a directory a held model had owned once was kept for it after
-///   another uid's download took the path (`drift::observe_incarnation` forgets a directory
-///   no marker names it in; 380).
+/// - with the first fix, a directory a held model had owned once was kept for it after another
+///   uid's download took the path (`drift::observe_incarnation` takes a directory from a uid
+///   when the snapshot shows its marker without the uid; 380);
+/// - and, with downloads waiting after a start for the first snapshot's markers, a model whose
+///   state that snapshot did not change never decided again, and stayed Updating (every model
+///   now decides again at that snapshot; 642).
 #[test]
 fn swarm_seeds_of_colliding_names_on_wiped_or_restarted_nodes_pass() {
-    for seed in [380, 2280, 5_002_019, 5_002_460, 5_003_578, 5_003_689, 5_004_044, 5_004_255] {
+    for seed in [380, 642, 2280, 5_002_019, 5_002_460, 5_003_578, 5_003_689, 5_004_044, 5_004_255] {
         let (r, _, knobs) = model_agent_sim::scenario::swarm_run(seed, None, None);
         assert!(r.clean(), "seed {seed} ({knobs:?}): {:#?}", r.invariant_violations);
     }

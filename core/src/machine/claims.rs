@@ -31,9 +31,9 @@ pub(super) struct Contest {
     pub(super) fenced: bool,
     /// Another model has an effect in flight that may write the shared keys: a leaving one's
     /// (its removal of the shared label, say), or, for a model no other holds, a live one's
-    /// other than a download (a publish sent before this model outranked it). Nothing is
-    /// written to the shared keys until it lands, or the earlier write would land over the
-    /// later one.
+    /// publish or removal (sent before this model outranked it). Nothing is written to the
+    /// shared keys until it lands, or the earlier write could land over the later one (an
+    /// executor that does not keep writes in order).
     pub(super) settling: bool,
 }
 
@@ -184,16 +184,16 @@ fn rank(key: &ModelKey, inc: &Incarnation) -> Rank {
 }
 
 /// An incarnation of `slot` alive as far as the core knows and placed here (or still with
-/// something here, or not known yet to have nothing here), the current one first: only such a
-/// model can own a shared key. A former one counts too, since which uid of a name is alive may
-/// be unknown for a while (a stale relist can show an old uid after a new one). After a start,
-/// until the first snapshot says what is on the node, a model the Node's view does not place
-/// may still have its label and entry here (a wiped Node, say): a colliding model it outranks
-/// must not write over them meanwhile.
-fn claimant<'a>(slot: &'a Slot, node: Option<&NodeView>) -> Option<&'a Incarnation> {
+/// something here), the current one first: only such a model can own a shared key. A former
+/// one counts too, since which uid of a name is alive may be unknown for a while (a stale
+/// relist can show an old uid after a new one). After a start (`unsnapshotted`), until the
+/// first snapshot says what a previous run left on the node, a model the Node's view does not
+/// place may still have its label and entry here (a wiped Node, say): a colliding model it
+/// outranks must not write over them meanwhile.
+fn claimant<'a>(slot: &'a Slot, (node, unsnapshotted): (Option<&NodeView>, bool)) -> Option<&'a Incarnation> {
     let claims = |inc: &&Incarnation| {
         let alive = matches!(inc.life, Life::Observed | Life::PendingConfirm { .. });
-        let maybe_here = inc.something_here() || inc.published == Published::Unknown;
+        let maybe_here = inc.something_here() || (unsnapshotted && inc.published == Published::Unknown);
         alive && (eligible_now(inc, node) == Some(true) || maybe_here)
     };
     slot.current.iter().chain(slot.former.iter()).find(claims)
@@ -203,7 +203,8 @@ fn claimant<'a>(slot: &'a Slot, node: Option<&NodeView>) -> Option<&'a Incarnati
 pub(super) fn contest(
     slots: &Map<ModelKey, Arc<Slot>>,
     claims: &Claims,
-    node: Option<&NodeView>,
+    (node, unsnapshotted): (Option<&NodeView>, bool),
+    inflight: &Map<EffectId, Owner>,
     key: &ModelKey,
 ) -> Option<Contest> {
     if claims.none_collide(key) {
@@ -215,7 +216,7 @@ pub(super) fn contest(
     }
     let mut contest = Contest::default();
     let mut writes_in_flight = false;
-    let mine = slots.get(key).and_then(|s| claimant(s, node)).map(|inc| rank(key, inc));
+    let mine = slots.get(key).and_then(|s| claimant(s, (node, unsnapshotted))).map(|inc| rank(key, inc));
     let mut best: Option<(Rank, &ModelKey)> = None;
     for other in &colliders {
         let Some(slot) = slots.get(other) else { continue };
@@ -225,8 +226,8 @@ pub(super) fn contest(
         let alive = |i: &Incarnation| matches!(i.life, Life::Observed | Life::PendingConfirm { .. });
         contest.fenced |= slot.all().any(|i| alive(i) && i.claims_label());
         contest.settling |= slot.all().any(|i| !alive(i) && i.inflight.is_some());
-        writes_in_flight |= slot.all().any(|i| alive(i) && i.inflight.is_some() && i.download.is_none());
-        if let Some(inc) = claimant(slot, node) {
+        writes_in_flight |= slot.all().any(|i| alive(i) && writes_keys_in_flight(i, inflight));
+        if let Some(inc) = claimant(slot, (node, unsnapshotted)) {
             contest.fenced = true;
             let r = rank(other, inc);
             if best.as_ref().is_none_or(|(b, _)| r < *b) {
@@ -243,6 +244,12 @@ pub(super) fn contest(
     // nothing, and must go on being reported as held.
     contest.settling |= writes_in_flight && contest.held_by.is_none();
     Some(contest)
+}
+
+/// Is the effect `inc` has in flight a write of its label and entry (a publish or a removal)?
+fn writes_keys_in_flight(inc: &Incarnation, inflight: &Map<EffectId, Owner>) -> bool {
+    let what = inc.inflight.get().and_then(|id| inflight.get(&id));
+    matches!(what, Some(Owner::Inc { what: IncOp::Publish { .. } | IncOp::Unpublish, .. }))
 }
 
 /// Why a model that loses a shared key is Failed on this node.

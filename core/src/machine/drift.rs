@@ -21,6 +21,11 @@ impl State {
 
     pub(super) fn on_snapshot(&mut self, st: &mut Step, requested_seq: u64, snap: DriftSnapshot) {
         let claimed = self.observe_snapshot(st, requested_seq, &snap);
+        if !std::mem::replace(&mut self.snapshot_seen, true) {
+            // Downloads waited for the markers, and colliding models for what is on the node:
+            // every model decides again (once per start).
+            st.dirty.extend(self.slots.keys().cloned());
+        }
         for dir in &snap.owned_dirs {
             shared::marked(&mut self.dirs, &dir.path, std::slice::from_ref(&dir.uid));
         }
@@ -38,7 +43,13 @@ impl State {
     /// drifted, its directory found or gone. Returns what the known models claim.
     fn observe_snapshot(&mut self, st: &mut Step, requested_seq: u64, snap: &DriftSnapshot) -> Claimed {
         // Hash sets with a fixed hasher: this pass is O(models) per node every period.
-        let owned_by_uid: FxHashMap<&Uid, &OwnedDir> = snap.owned_dirs.iter().map(|d| (&d.uid, d)).collect();
+        // A uid may be in more than one marker (one it left keeps naming it until a download
+        // rewrites it): every path of a uid, and every path the snapshot shows a marker at.
+        let mut owned_by_uid: FxHashMap<&Uid, Vec<&str>> = FxHashMap::default();
+        for d in &snap.owned_dirs {
+            owned_by_uid.entry(&d.uid).or_default().push(&d.path);
+        }
+        let marked_paths: FxHashSet<&str> = snap.owned_dirs.iter().map(|d| d.path.as_str()).collect();
         let mut claimed = Claimed::new(self.slots.len(), snap);
         // Looked up by hash: a sorted map's search compares keys that share a long prefix
         // about ten times per lookup. Each with its place in the snapshot's order.
@@ -73,7 +84,9 @@ impl State {
                     continue;
                 }
                 let label_is_its = i == 0 || !has_current;
-                if observe_incarnation(inc, &seen, label_is_its, owned_by_uid.get(inc.uid()).copied()) {
+                let dirs =
+                    DirsSeen { named: owned_by_uid.get(inc.uid()).map_or(&[], Vec::as_slice), marked: &marked_paths };
+                if observe_incarnation(inc, &seen, label_is_its, &dirs) {
                     st.dirty.push(key.clone());
                 }
             }
@@ -251,7 +264,14 @@ impl Claimed {
 }
 
 /// One incarnation takes what the snapshot shows; true if anything about it changed.
-fn observe_incarnation(inc: &mut Incarnation, seen: &Seen, label_is_its: bool, dir: Option<&OwnedDir>) -> bool {
+/// What a snapshot shows of one uid's directories: the paths whose marker names it, and every
+/// path with a marker.
+struct DirsSeen<'a> {
+    named: &'a [&'a str],
+    marked: &'a FxHashSet<&'a str>,
+}
+
+fn observe_incarnation(inc: &mut Incarnation, seen: &Seen, label_is_its: bool, dirs: &DirsSeen) -> bool {
     let mut changed = false;
     let entry_is_its = seen.entry.is_some_and(|e| e.is_of(inc.uid().as_str()));
     let observed = match (label_is_its && seen.label_present, entry_is_its) {
@@ -260,6 +280,9 @@ fn observe_incarnation(inc: &mut Incarnation, seen: &Seen, label_is_its: bool, d
             (Published::Status { status, .. }, Some(l), Some(e)) if *status == l && *status == e => {
                 inc.published.clone()
             }
+            // After a start: what a previous run published, whole (the reason of a Failed
+            // entry is not read back: a Failed one is written again).
+            (Published::Unknown, Some(l), Some(e)) if l == e => Published::Status { status: l, reason: None },
             _ => Published::Drifted,
         },
         _ => Published::Drifted,
@@ -268,9 +291,15 @@ fn observe_incarnation(inc: &mut Incarnation, seen: &Seen, label_is_its: bool, d
         inc.published = observed;
         changed = true;
     }
-    match (dir, &inc.fetched) {
-        (Some(dir), _) if inc.owned_dir().is_none() => {
-            inc.set_owned_dir(Some(dir.path.clone()));
+    let named = |path: &str| dirs.named.contains(&path);
+    match (dirs.named.first(), &inc.fetched) {
+        (Some(first), _) if inc.owned_dir().is_none() => {
+            // Where it would fetch, if a marker names it there; else the first that does.
+            let own = match &inc.dest {
+                Ok(Some(dest)) => dest.beneath_root().filter(|d| named(d)),
+                _ => None,
+            };
+            inc.set_owned_dir(Some(own.unwrap_or(first).to_string()));
             changed = true;
         }
         // Ready, but the weights are gone from disk: fetch again (#834's drift).
@@ -279,10 +308,11 @@ fn observe_incarnation(inc: &mut Incarnation, seen: &Seen, label_is_its: bool, d
             inc.fetched = Fetched::No;
             changed = true;
         }
-        // No marker names it any more (trashed, or another uid's download took the path): it
-        // owns nothing there, and keeps no one else's weights as its own. A shared copy's
+        // The snapshot shows a marker at its path that does not name it (another uid's download
+        // took the path): it owns nothing there, and keeps no one else's weights as its own.
+        // Only on that evidence: a scan that missed the marker proves nothing. A shared copy's
         // marker is read apart (its users are its marker's uids and its links).
-        (None, _) if inc.owned_dir().is_some_and(|d| !shared::in_artifacts(d)) => {
+        _ if inc.owned_dir().is_some_and(|d| !shared::in_artifacts(d) && !named(d) && dirs.marked.contains(d)) => {
             inc.set_owned_dir(None);
             changed = true;
         }

@@ -264,6 +264,9 @@ pub struct State {
     deadlines: RunSet<(Instant, EffectId)>,
     trash: OrdMap<String, Instant>,
     drift_started: bool,
+    /// A snapshot has been observed since this process started: until then, what a previous run
+    /// left on the node is unknown (`claims::contest`).
+    snapshot_seen: bool,
     snapshot_inflight: Option<EffectId>,
     orphan_check: Option<Arc<OrphanCheck>>,
     /// Who uses each directory beneath the root that a download writes into or a model owns.
@@ -376,6 +379,7 @@ impl State {
             deadlines: RunSet::new(),
             trash: OrdMap::new(),
             drift_started: false,
+            snapshot_seen: false,
             snapshot_inflight: None,
             orphan_check: None,
             dirs: Map::default(),

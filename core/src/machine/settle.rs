@@ -163,9 +163,10 @@ impl State {
             stats,
             dirs,
             dirs_trashing,
+            snapshot_seen,
             ..
         } = self;
-        let contest = contest(slots, claims, node.as_deref(), key);
+        let contest = contest(slots, claims, (node.as_deref(), !*snapshot_seen), inflight, key);
         let synced = kinds.iter().all(|k| k.synced);
         let sync = &mut kinds[key.kind.index()];
         let Some(shared) = slots.get_mut(key) else {
@@ -189,6 +190,7 @@ impl State {
             seq: st.seq,
             contest: contest.as_ref(),
             synced,
+            snapshot_seen: *snapshot_seen,
             dirs,
             dirs_trashing,
         };
@@ -228,6 +230,8 @@ pub(super) struct Env<'a> {
     /// Models whose keys collide with this one's (`claims::contest`); `None` when none do.
     pub(super) contest: Option<&'a Contest>,
     pub(super) synced: bool,
+    /// A snapshot has been observed since the start (`Context::markers_known`).
+    pub(super) snapshot_seen: bool,
     pub(super) dirs: &'a Map<Arc<str>, Arc<shared::DirUse>>,
     pub(super) dirs_trashing: &'a Set<Arc<str>>,
 }
@@ -461,6 +465,7 @@ fn context<'a>(
         label_fenced: label_fenced(env, slot, inc),
         held_by,
         synced: env.synced,
+        markers_known: env.snapshot_seen,
         former_owns_dir: is_current && former_owns_dir,
         // A colliding model's removal in flight may take a shared key: it lands first.
         predecessor_unsettled: is_current && (former_unsettled || env.contest.is_some_and(|c| c.settling)),

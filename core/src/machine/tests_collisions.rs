@@ -261,3 +261,36 @@ fn after_a_start_a_model_outranked_only_until_the_first_snapshot_publishes_once_
     let all = h.settle(e);
     assert_eq!(publishers(&all), vec![("u-bm".to_string(), true)], "{all:?}");
 }
+
+#[test]
+fn a_colliding_model_created_after_the_first_snapshot_and_not_placed_here_holds_nothing() {
+    // A model not known to have nothing here is a claimant only until this process's first
+    // snapshot: one created later, that the Node does not place, has nothing here it could lose.
+    let (cbm, bm) = pair();
+    let cbm = gpu_only(cbm);
+    let mut h = H::new();
+    let e = h.start(false, vec![bm.clone()]);
+    h.settle(e);
+    let e = h.apply(cbm.clone());
+    let all = h.settle(e);
+    assert!(collision_notes(&h).is_empty(), "{:?}", h.notes);
+    assert!(publishers(&all).is_empty() && destructive(&all).is_empty(), "{all:?}");
+    assert_eq!(h.view(&bm.key, "u-bm").published, Published::Status { status: ModelStatus::Ready, reason: None });
+}
+
+#[test]
+fn an_owner_does_not_wait_for_a_loser_s_effect_that_writes_no_key() {
+    // Only a publish or a removal in flight can land over the owner's keys: a check waiting for
+    // a fetch permit (behind long downloads, in the shell) must not hold the owner back.
+    let (cbm, bm) = pair();
+    let mut h = H::new();
+    let e = h.start(false, vec![]);
+    h.settle(e);
+    let e = h.apply(bm.clone());
+    let loser_check = |op: &Op| matches!(op, Op::VerifyLocal { uid, .. } if uid.as_str() == "u-bm");
+    let e = h.settle_except(e, loser_check);
+    assert!(e.iter().any(|e| loser_check(&e.op)), "the loser's check is in flight: {e:?}");
+    let e = h.apply(cbm.clone());
+    let all = h.settle(e);
+    assert_eq!(publishers(&all), vec![("u-cbm".to_string(), true)], "{all:?}");
+}

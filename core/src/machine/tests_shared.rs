@@ -486,6 +486,73 @@ fn a_held_model_forgets_a_path_whose_marker_no_longer_names_it() {
     assert!(seen.trashed.is_empty(), "{:?}", seen.trashed);
 }
 
+/// `prefill` (p1) and BaseModel `x` (x1, held by ClusterBaseModel `basemodel.x`), both of
+/// `hf://org/repo` into `shared`.
+fn prefill_and_held() -> (ModelObject, ModelObject, ModelObject) {
+    let a = obj(&ModelKey::cluster("prefill"), "p1", "hf://org/repo", Some("/mnt/models/shared"));
+    let owner = obj(&ModelKey::cluster("basemodel.x"), "o1", "vendor://nvidia/nim/x", None);
+    let held = obj(&ModelKey::namespaced("clusterbasemodel", "x"), "x1", "hf://org/repo", Some("/mnt/models/shared"));
+    (a, owner, held)
+}
+
+#[test]
+fn after_a_start_a_download_waits_for_the_markers_and_keeps_every_uid_they_name() {
+    // p1's check of its files after a restart rewrites the marker with the uids known to use
+    // the directory: sent before the first snapshot, it would drop x1 (held, fetching nothing).
+    let (a, owner, held) = prefill_and_held();
+    let models = vec![a.clone(), owner, held];
+    let mut h = H::new();
+    let e = h.start(true, models.clone());
+    let early = h.settle_except(e.clone(), |op| *op == Op::Snapshot);
+    assert!(!early.iter().any(|e| matches!(e.op, Op::Download { .. })), "{early:?}");
+    let mut seen = Seen::default();
+    let marked = ["p1", "x1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u) });
+    run(&mut h, early.into_iter().filter(|e| e.op == Op::Snapshot).collect(), &mut seen, &marked, &models);
+    assert_eq!(seen.downloads, vec![("p1".to_string(), "shared".to_string(), vec!["x1".to_string()])]);
+}
+
+#[test]
+fn a_scan_that_missed_a_marker_takes_no_directory_from_a_held_model() {
+    let (a, owner, held) = prefill_and_held();
+    let models = vec![a.clone(), owner.clone(), held.clone()];
+    let marked = ["p1", "x1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u) });
+    let mut h = H::new();
+    let mut seen = Seen::default();
+    let e = h.start(true, models.clone());
+    run(&mut h, e, &mut seen, &marked, &models);
+    // One snapshot shows no marker at all (the shell's scan could not open the root).
+    let e = h.advance(h.s.config().drift_period_ms * 2);
+    run(&mut h, e, &mut seen, &[], &models);
+    assert_eq!(h.view(&held.key, "x1").owned_dir.as_deref(), Some("shared"));
+    let e = delete(&mut h, &a);
+    run(&mut h, e, &mut seen, &marked, &[owner, held]);
+    assert!(seen.trashed.is_empty(), "{:?}", seen.trashed);
+}
+
+#[test]
+fn a_uid_in_two_markers_owns_the_one_it_would_fetch_into_and_leaves_one_another_took() {
+    // A marker names a uid until a download rewrites it: x1 is also named in `aaa`, a directory
+    // it used once. It owns `shared`, where it would fetch; once p9 took `shared`, it owns none
+    // of it.
+    let (a, owner, held) = prefill_and_held();
+    let models = vec![a.clone(), owner.clone(), held.clone()];
+    let mut marked = ["p1", "x1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u) }).to_vec();
+    marked.push(OwnedDir { path: "zzz".into(), uid: Uid::new("x1") });
+    let mut h = H::new();
+    let mut seen = Seen::default();
+    let e = h.start(true, models.clone());
+    run(&mut h, e, &mut seen, &marked, &models);
+    assert_eq!(h.view(&held.key, "x1").owned_dir.as_deref(), Some("shared"));
+    let e = delete(&mut h, &a);
+    run(&mut h, e, &mut seen, &marked, &[owner.clone(), held.clone()]);
+    assert!(seen.trashed.is_empty(), "x1's weights: {:?}", seen.trashed);
+    let e = h.advance(h.s.config().drift_period_ms * 2);
+    let later =
+        [OwnedDir { path: "shared".into(), uid: Uid::new("p9") }, OwnedDir { path: "zzz".into(), uid: Uid::new("x1") }];
+    run(&mut h, e, &mut seen, &later, &[owner, held.clone()]);
+    assert_ne!(h.view(&held.key, "x1").owned_dir.as_deref(), Some("shared"), "still owns the path p9 took");
+}
+
 #[test]
 fn an_older_uid_a_stale_list_brings_back_never_trashes_the_path_its_successor_downloaded() {
     // After a restart `m` (uid n1) downloaded into its path, which the marker says it shares
