@@ -21,11 +21,9 @@ impl State {
 
     pub(super) fn on_snapshot(&mut self, st: &mut Step, requested_seq: u64, snap: DriftSnapshot) {
         let claimed = self.observe_snapshot(st, requested_seq, &snap);
-        if !std::mem::replace(&mut self.snapshot_seen, true) {
-            // Downloads waited for the markers, and colliding models for what is on the node:
-            // every model decides again (once per start).
-            st.dirty.extend(self.slots.keys().cloned());
-        }
+        // Models it showed to have nothing here stop being claimants (`claims::contest`); those
+        // it changed decide again, and the keys colliding with theirs with them.
+        self.snapshot_seen = true;
         for dir in &snap.owned_dirs {
             shared::marked(&mut self.dirs, &dir.path, std::slice::from_ref(&dir.uid));
         }
@@ -280,9 +278,6 @@ fn observe_incarnation(inc: &mut Incarnation, seen: &Seen, label_is_its: bool, d
             (Published::Status { status, .. }, Some(l), Some(e)) if *status == l && *status == e => {
                 inc.published.clone()
             }
-            // After a start: what a previous run published, whole (the reason of a Failed
-            // entry is not read back: a Failed one is written again).
-            (Published::Unknown, Some(l), Some(e)) if l == e => Published::Status { status: l, reason: None },
             _ => Published::Drifted,
         },
         _ => Published::Drifted,

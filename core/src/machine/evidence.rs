@@ -176,9 +176,10 @@ pub(super) fn gate(
 }
 
 /// A placement exit whose model read agreed: decide with the Node witness if one was sent after
-/// the exit began (and after any hold); else ask for one. Returns whether it still waits.
+/// the exit began (and after any hold), and within `pair_within_ms` of the model read; else ask
+/// for one, or read the model again. Returns whether it still waits.
 pub(super) fn decide_exit(
-    reads: &mut NodeReads,
+    (reads, pair_within_ms): (&mut NodeReads, u64),
     breaker: &mut Breaker,
     stats: &mut Stats,
     st: &mut Step,
@@ -203,6 +204,15 @@ pub(super) fn decide_exit(
         reads.wanted = true;
         return true;
     };
+    // ... and no later than one read's timeout after it: a Node read retried long after (the
+    // Node did not answer) pairs with a new model read, as the spec may have changed meanwhile
+    // (the simulator's swarm, seed 10004629: a model re-placed during a wipe lost its label).
+    if witness.sent.at > model.at.plus_ms(pair_within_ms) {
+        if let Life::PendingConfirm { read, .. } = &mut inc.life {
+            *read = ReadState::Waiting { at: st.now };
+        }
+        return false;
+    }
     let eligible = inc.obj.spec().is_none_or(|spec| placement(spec, &witness.node).is_eligible());
     match witness_verdict(eligible) {
         WitnessVerdict::Cancel => {

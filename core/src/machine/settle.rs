@@ -95,7 +95,7 @@ impl State {
         if self.prepared_already(key) {
             return;
         }
-        let State { slots, kinds, node, node_reads, breaker, stats, .. } = self;
+        let State { slots, kinds, node, node_reads, breaker, stats, config, .. } = self;
         let sync = &mut kinds[key.kind.index()];
         let Some(slot) = slots.get_mut(key).map(Arc::make_mut) else {
             reindex_slot(sync, key, None);
@@ -120,7 +120,7 @@ impl State {
         }
         let mut waits = false;
         for inc in slot.all_mut() {
-            waits |= decide_exit(node_reads, breaker, stats, st, inc);
+            waits |= decide_exit((node_reads, config.live_read_timeout_ms), breaker, stats, st, inc);
         }
         if waits {
             node_reads.waiting.insert(key.clone());
@@ -190,7 +190,6 @@ impl State {
             seq: st.seq,
             contest: contest.as_ref(),
             synced,
-            snapshot_seen: *snapshot_seen,
             dirs,
             dirs_trashing,
         };
@@ -230,8 +229,6 @@ pub(super) struct Env<'a> {
     /// Models whose keys collide with this one's (`claims::contest`); `None` when none do.
     pub(super) contest: Option<&'a Contest>,
     pub(super) synced: bool,
-    /// A snapshot has been observed since the start (`Context::markers_known`).
-    pub(super) snapshot_seen: bool,
     pub(super) dirs: &'a Map<Arc<str>, Arc<shared::DirUse>>,
     pub(super) dirs_trashing: &'a Set<Arc<str>>,
 }
@@ -465,7 +462,6 @@ fn context<'a>(
         label_fenced: label_fenced(env, slot, inc),
         held_by,
         synced: env.synced,
-        markers_known: env.snapshot_seen,
         former_owns_dir: is_current && former_owns_dir,
         // A colliding model's removal in flight may take a shared key: it lands first.
         predecessor_unsettled: is_current && (former_unsettled || env.contest.is_some_and(|c| c.settling)),

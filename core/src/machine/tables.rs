@@ -63,10 +63,6 @@ pub struct Context<'a> {
     pub update_model_spec: bool,
     /// The directory this incarnation downloads into or owns, as the others using it see it.
     pub dir: Option<DirView>,
-    /// A snapshot since the start has shown the directories' markers. Before it, no download
-    /// starts: a download rewrites its directory's marker with the uids known to use it, and a
-    /// uid the marker named (a held model's, say) would drop out of it.
-    pub markers_known: bool,
 }
 
 /// Is the model placed on this node now? `None` when that cannot be known yet.
@@ -379,14 +375,7 @@ fn publish_op(
 /// label and Updating are the same (neither counts the node).
 fn skips_updating(key: &ModelKey, inc: &Incarnation, plan: &Plan, ctx: &Context) -> bool {
     let label = ctx.node.map(|n| n.labels.get(&wire::label_key(key)));
-    // Ready before a restart (on the Node, and in the first snapshot once it came): checked
-    // again without an Updating first.
-    let ready_before = match &inc.published {
-        Published::Unknown => true,
-        Published::Status { status: ModelStatus::Ready, .. } => matches!(inc.fetched, Fetched::No),
-        _ => false,
-    };
-    let already_ready = ready_before && label.flatten().is_some_and(|v| v == "Ready");
+    let already_ready = inc.published == Published::Unknown && label.flatten().is_some_and(|v| v == "Ready");
     let first_check = matches!(plan, Plan::Verify { .. })
         && matches!(inc.published, Published::Nothing | Published::Unknown)
         && label == Some(None);
@@ -478,10 +467,8 @@ fn fetch_op(key: &ModelKey, inc: &Incarnation, plan: &Plan, ctx: &Context) -> Op
     if !settled && !skips_updating(key, inc, plan, ctx) {
         return publish_op(key, inc, ModelStatus::Updating, None, ctx);
     }
-    // One download into a directory at a time, none into one being trashed, and none before
-    // the markers are known.
-    let waits = ctx.dir.as_ref().is_some_and(|d| d.busy || d.trashing) || !ctx.markers_known;
-    if waits && plan.fetch_into().is_some() {
+    // One download into a directory at a time, and none into one being trashed.
+    if ctx.dir.as_ref().is_some_and(|d| d.busy || d.trashing) && plan.fetch_into().is_some() {
         return None;
     }
     let parse_metadata = !inc.obj.spec.as_ref().is_ok_and(|s| s.skip_config_parsing);

@@ -954,6 +954,35 @@ fn placement_moving_away_is_confirmed_then_cleans_up_this_node_only() {
 }
 
 #[test]
+fn a_node_witness_sent_long_after_the_model_read_pairs_with_a_new_model_read() {
+    // The simulator's swarm, seed 10004629: the model read agreed, the Node did not answer for
+    // 20 s, and the model was placed here again meanwhile. A Node witness that late is paired
+    // with a model read of its own time, never with the old one.
+    let mut h = H::new();
+    let m = gpu_only(hf("m", "u1"));
+    let e = h.start_on(node(&[("gpu", "h100")]), true, vec![m.clone()]);
+    h.settle(e);
+    let e = h.input(Input::NodeObserved(node(&[])));
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(m.clone().into()) });
+    let first_node_read = one_node_get(&e);
+    let timeout = h.s.config().live_read_timeout_ms;
+    let mut late = Vec::new();
+    for _ in 0..100 {
+        late = h.advance(1_000);
+        if late.iter().any(|e| e.op == Op::LiveGetNode) && h.now > timeout * 2 {
+            break;
+        }
+    }
+    let retried = late.iter().find(|e| e.op == Op::LiveGetNode).expect("the Node read is retried").id;
+    assert_ne!(retried, first_node_read);
+    let e = h.input(Input::NodeRead { id: retried, result: NodeReadResult::Found(node(&[])) });
+    assert!(destructive(&e).is_empty(), "withdrawn on a model read {} ms old: {e:?}", h.now);
+    let mut after = e;
+    after.extend(h.advance(1_000));
+    assert!(!gets(&after).is_empty() || !lists(&after).is_empty(), "the model is read again: {after:?}");
+}
+
+#[test]
 fn models_never_placed_here_cause_no_effects() {
     let mut h = H::new();
     let e = h.start(true, vec![gpu_only(hf("m", "u1"))]);

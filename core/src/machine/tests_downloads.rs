@@ -4,8 +4,8 @@
 use super::tests::*;
 use super::*;
 
-/// A node with `hf("m", "u1")` whose Updating publish and first snapshot (of an empty node) have
-/// landed and whose download is in flight (not answered): the harness and the download's id.
+/// A node with `hf("m", "u1")` whose Updating publish has landed and whose download is in
+/// flight (not answered): the harness and the download's id.
 fn downloading() -> (H, EffectId) {
     let mut h = H::new();
     let mut effects = h.start(true, vec![hf("m", "u1")]);
@@ -13,15 +13,10 @@ fn downloading() -> (H, EffectId) {
         if let Some(dl) = effects.iter().find(|e| matches!(e.op, Op::Download { .. })) {
             return (h, dl.id);
         }
-        let answers: Vec<Input> = effects
-            .iter()
-            .filter_map(|e| match e.op {
-                Op::Publish { .. } => Some(Input::EffectDone { id: e.id, outcome: Outcome::Done }),
-                Op::Snapshot => Some(Input::DriftObserved { id: e.id, snapshot: DriftSnapshot::default() }),
-                _ => None,
-            })
-            .collect();
-        effects = answers.into_iter().flat_map(|input| h.input(input)).collect();
+        let publishes: Vec<EffectId> =
+            effects.iter().filter(|e| matches!(e.op, Op::Publish { .. })).map(|e| e.id).collect();
+        effects =
+            publishes.into_iter().flat_map(|id| h.input(Input::EffectDone { id, outcome: Outcome::Done })).collect();
     }
     panic!("no download");
 }
@@ -195,18 +190,7 @@ fn a_revalidation_after_a_restart_keeps_the_ready_label_and_publishes_no_progres
     let mut h = H::new();
     let label = wire::label_key(&ModelKey::cluster("m"));
     let e = h.start_on(node(&[(label.as_str(), "Ready")]), true, vec![hf("m", "u1")]);
-    assert!(!e.iter().any(|e| matches!(e.op, Op::Download { .. })), "the markers are not known yet: {e:?}");
-    let entry = EntryView { status: Some(ModelStatus::Ready), uid: Some(Uid::new("u1")) };
-    let snapshot = DriftSnapshot {
-        labels: [(Arc::from(label.as_str()), Arc::from("Ready"))].into(),
-        entries: [(Arc::from(wire::configmap_key(&ModelKey::cluster("m")).as_str()), entry)].into(),
-        owned_dirs: vec![OwnedDir { path: "m".into(), uid: Uid::new("u1") }],
-        trash: vec![],
-    };
-    let mut e2 = h.input(Input::DriftObserved { id: snapshot_request(&e), snapshot });
-    e2.extend(e);
-    let e = e2;
-    let dl = e.iter().find(|e| matches!(e.op, Op::Download { .. })).expect("revalidated once they are").id;
+    let dl = e.iter().find(|e| matches!(e.op, Op::Download { .. })).expect("revalidated at once").id;
     assert!(published(&e).is_empty(), "no Updating first: {e:?}");
     assert!(entries(&h.input(Input::DownloadProgress { id: dl, progress: progress(10) })).is_empty());
 }

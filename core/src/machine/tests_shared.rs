@@ -496,22 +496,6 @@ fn prefill_and_held() -> (ModelObject, ModelObject, ModelObject) {
 }
 
 #[test]
-fn after_a_start_a_download_waits_for_the_markers_and_keeps_every_uid_they_name() {
-    // p1's check of its files after a restart rewrites the marker with the uids known to use
-    // the directory: sent before the first snapshot, it would drop x1 (held, fetching nothing).
-    let (a, owner, held) = prefill_and_held();
-    let models = vec![a.clone(), owner, held];
-    let mut h = H::new();
-    let e = h.start(true, models.clone());
-    let early = h.settle_except(e.clone(), |op| *op == Op::Snapshot);
-    assert!(!early.iter().any(|e| matches!(e.op, Op::Download { .. })), "{early:?}");
-    let mut seen = Seen::default();
-    let marked = ["p1", "x1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u) });
-    run(&mut h, early.into_iter().filter(|e| e.op == Op::Snapshot).collect(), &mut seen, &marked, &models);
-    assert_eq!(seen.downloads, vec![("p1".to_string(), "shared".to_string(), vec!["x1".to_string()])]);
-}
-
-#[test]
 fn a_scan_that_missed_a_marker_takes_no_directory_from_a_held_model() {
     let (a, owner, held) = prefill_and_held();
     let models = vec![a.clone(), owner.clone(), held.clone()];
@@ -536,8 +520,9 @@ fn a_uid_in_two_markers_owns_the_one_it_would_fetch_into_and_leaves_one_another_
     // of it.
     let (a, owner, held) = prefill_and_held();
     let models = vec![a.clone(), owner.clone(), held.clone()];
-    let mut marked = ["p1", "x1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u) }).to_vec();
-    marked.push(OwnedDir { path: "zzz".into(), uid: Uid::new("x1") });
+    // In the shell's order (sorted by path): `aaa` comes first.
+    let mut marked = vec![OwnedDir { path: "aaa".into(), uid: Uid::new("x1") }];
+    marked.extend(["p1", "x1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u) }));
     let mut h = H::new();
     let mut seen = Seen::default();
     let e = h.start(true, models.clone());
@@ -548,7 +533,7 @@ fn a_uid_in_two_markers_owns_the_one_it_would_fetch_into_and_leaves_one_another_
     assert!(seen.trashed.is_empty(), "x1's weights: {:?}", seen.trashed);
     let e = h.advance(h.s.config().drift_period_ms * 2);
     let later =
-        [OwnedDir { path: "shared".into(), uid: Uid::new("p9") }, OwnedDir { path: "zzz".into(), uid: Uid::new("x1") }];
+        [OwnedDir { path: "aaa".into(), uid: Uid::new("x1") }, OwnedDir { path: "shared".into(), uid: Uid::new("p9") }];
     run(&mut h, e, &mut seen, &later, &[owner, held.clone()]);
     assert_ne!(h.view(&held.key, "x1").owned_dir.as_deref(), Some("shared"), "still owns the path p9 took");
 }
