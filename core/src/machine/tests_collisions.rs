@@ -202,19 +202,26 @@ fn a_new_owner_of_a_shared_key_writes_only_once_the_last_owner_s_removal_landed(
     assert_eq!(publishers(&all).first(), Some(&("u-bm".to_string(), true)), "{all:?}");
 }
 
+/// The BaseModel `bm` alone on its keys, settled but for its first effect that `left` picks,
+/// which stays in flight: the harness and that effect.
+fn loser_alone_with_in_flight(bm: &ModelObject, left: impl Fn(&Op) -> bool + Copy) -> (H, Effect) {
+    let mut h = H::new();
+    let e = h.start(false, vec![]);
+    h.settle(e);
+    let e = h.apply(bm.clone());
+    let e = h.settle_except(e, left);
+    let in_flight = e.iter().find(|e| left(&e.op)).expect("the effect left in flight").clone();
+    (h, in_flight)
+}
+
 #[test]
 fn an_owner_waits_for_the_loser_s_publish_in_flight_before_writing_the_shared_keys() {
     // The simulator's swarm, seed 5004255: the BaseModel published first, alone on the key; the
     // ClusterBaseModel, which ranks first, arrived while that publish was in flight. Written at
     // once, the owner's entry would be overwritten by the loser's when it landed.
     let (cbm, bm) = pair();
-    let mut h = H::new();
-    let e = h.start(false, vec![]);
-    h.settle(e);
-    let e = h.apply(bm.clone());
     let loser = |op: &Op| matches!(op, Op::Publish { uid, .. } if uid.as_str() == "u-bm");
-    let e = h.settle_except(e, loser);
-    let loser_publish = e.iter().find(|e| loser(&e.op)).expect("the loser's publish, left in flight").clone();
+    let (mut h, loser_publish) = loser_alone_with_in_flight(&bm, loser);
     let e = h.apply(cbm.clone());
     let early = h.settle(e);
     assert!(publishers(&early).is_empty(), "written while the loser's publish was in flight: {early:?}");
@@ -283,13 +290,8 @@ fn an_owner_does_not_wait_for_a_loser_s_effect_that_writes_no_key() {
     // Only a publish or a removal in flight can land over the owner's keys: a check waiting for
     // a fetch permit (behind long downloads, in the shell) must not hold the owner back.
     let (cbm, bm) = pair();
-    let mut h = H::new();
-    let e = h.start(false, vec![]);
-    h.settle(e);
-    let e = h.apply(bm.clone());
     let loser_check = |op: &Op| matches!(op, Op::VerifyLocal { uid, .. } if uid.as_str() == "u-bm");
-    let e = h.settle_except(e, loser_check);
-    assert!(e.iter().any(|e| loser_check(&e.op)), "the loser's check is in flight: {e:?}");
+    let (mut h, _) = loser_alone_with_in_flight(&bm, loser_check);
     let e = h.apply(cbm.clone());
     let all = h.settle(e);
     assert_eq!(publishers(&all), vec![("u-cbm".to_string(), true)], "{all:?}");

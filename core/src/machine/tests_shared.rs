@@ -424,15 +424,38 @@ fn a_name_recreated_while_its_predecessor_owned_a_shared_path_goes_on_at_once() 
     assert_eq!(p2.as_deref(), Some("other"), "{left:?}");
 }
 
+/// `prefill` (p1) and BaseModel `x` (x1, held by ClusterBaseModel `basemodel.x`), both of
+/// `hf://org/repo` into `shared`.
+fn prefill_and_held() -> (ModelObject, ModelObject, ModelObject) {
+    let a = obj(&ModelKey::cluster("prefill"), "p1", "hf://org/repo", Some("/mnt/models/shared"));
+    let owner = obj(&ModelKey::cluster("basemodel.x"), "o1", "vendor://nvidia/nim/x", None);
+    let held = obj(&ModelKey::namespaced("clusterbasemodel", "x"), "x1", "hf://org/repo", Some("/mnt/models/shared"));
+    (a, owner, held)
+}
+
+/// `prefill_and_held` started with `marked` as the markers, then `prefill` deleted: x1 owns
+/// `shared`, and nothing was trashed. The harness, what it saw, the owner and the held model.
+fn prefill_left(marked: &[OwnedDir]) -> (H, Seen, ModelObject, ModelObject) {
+    let (a, owner, held) = prefill_and_held();
+    let models = vec![a.clone(), owner.clone(), held.clone()];
+    let mut h = H::new();
+    let mut seen = Seen::default();
+    let e = h.start(true, models.clone());
+    run(&mut h, e, &mut seen, marked, &models);
+    assert_eq!(h.view(&held.key, "x1").owned_dir.as_deref(), Some("shared"));
+    let e = delete(&mut h, &a);
+    run(&mut h, e, &mut seen, marked, &[owner.clone(), held.clone()]);
+    assert!(seen.trashed.is_empty(), "x1's weights are there: {:?}", seen.trashed);
+    (h, seen, owner, held)
+}
+
 #[test]
 fn a_model_whose_keys_another_holds_does_not_keep_a_path_it_never_wrote() {
     // BaseModel `x` in namespace `clusterbasemodel` maps to the keys of ClusterBaseModel
     // `basemodel.x`, which ranks first: `x` writes nothing here, so it does not use the path it
     // names with `prefill`, and the last model that wrote there trashes it.
     let mut h = H::new();
-    let a = obj(&ModelKey::cluster("prefill"), "p1", "hf://org/repo", Some("/mnt/models/shared"));
-    let owner = obj(&ModelKey::cluster("basemodel.x"), "o1", "vendor://nvidia/nim/x", None);
-    let held = obj(&ModelKey::namespaced("clusterbasemodel", "x"), "x1", "hf://org/repo", Some("/mnt/models/shared"));
+    let (a, owner, held) = prefill_and_held();
     let models = vec![a.clone(), owner.clone(), held.clone()];
     let mut seen = Seen::default();
     let e = h.start(true, models.clone());
@@ -450,19 +473,8 @@ fn a_held_model_the_marker_names_keeps_the_path_when_the_other_member_leaves() {
     // downloaded into the shared path before a restart, and now ClusterBaseModel `basemodel.x`,
     // which ranks first, holds its keys. `prefill`, the other member, leaves: x's weights stay
     // (its entry may still say Ready). Once x leaves too, the path goes.
-    let mut h = H::new();
-    let a = obj(&ModelKey::cluster("prefill"), "p1", "hf://org/repo", Some("/mnt/models/shared"));
-    let owner = obj(&ModelKey::cluster("basemodel.x"), "o1", "vendor://nvidia/nim/x", None);
-    let held = obj(&ModelKey::namespaced("clusterbasemodel", "x"), "x1", "hf://org/repo", Some("/mnt/models/shared"));
     let marked = ["p1", "x1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u) });
-    let models = vec![a.clone(), owner.clone(), held.clone()];
-    let mut seen = Seen::default();
-    let e = h.start(true, models.clone());
-    run(&mut h, e, &mut seen, &marked, &models);
-    assert_eq!(h.view(&held.key, "x1").owned_dir.as_deref(), Some("shared"));
-    let e = delete(&mut h, &a);
-    run(&mut h, e, &mut seen, &marked, &[owner.clone(), held.clone()]);
-    assert!(seen.trashed.is_empty(), "x1's weights are there: {:?}", seen.trashed);
+    let (mut h, mut seen, owner, held) = prefill_left(&marked);
     let e = delete(&mut h, &held);
     run(&mut h, e, &mut seen, &marked, std::slice::from_ref(&owner));
     assert_eq!(seen.trashed, vec!["shared".to_string()]);
@@ -473,8 +485,7 @@ fn a_held_model_forgets_a_path_whose_marker_no_longer_names_it() {
     // The simulator's swarm, seed 380: another uid's download took the path a held model had
     // owned, and the held model, a member of it as its owner, kept it from being trashed for good.
     let mut h = H::new();
-    let owner = obj(&ModelKey::cluster("basemodel.x"), "o1", "vendor://nvidia/nim/x", None);
-    let held = obj(&ModelKey::namespaced("clusterbasemodel", "x"), "x1", "hf://org/repo", Some("/mnt/models/shared"));
+    let (_, owner, held) = prefill_and_held();
     let models = vec![owner.clone(), held.clone()];
     let mut seen = Seen::default();
     let e = h.start(true, models.clone());
@@ -484,15 +495,6 @@ fn a_held_model_forgets_a_path_whose_marker_no_longer_names_it() {
     run(&mut h, e, &mut seen, &[OwnedDir { path: "shared".into(), uid: Uid::new("p9") }], &models);
     assert_eq!(h.view(&held.key, "x1").owned_dir, None);
     assert!(seen.trashed.is_empty(), "{:?}", seen.trashed);
-}
-
-/// `prefill` (p1) and BaseModel `x` (x1, held by ClusterBaseModel `basemodel.x`), both of
-/// `hf://org/repo` into `shared`.
-fn prefill_and_held() -> (ModelObject, ModelObject, ModelObject) {
-    let a = obj(&ModelKey::cluster("prefill"), "p1", "hf://org/repo", Some("/mnt/models/shared"));
-    let owner = obj(&ModelKey::cluster("basemodel.x"), "o1", "vendor://nvidia/nim/x", None);
-    let held = obj(&ModelKey::namespaced("clusterbasemodel", "x"), "x1", "hf://org/repo", Some("/mnt/models/shared"));
-    (a, owner, held)
 }
 
 #[test]
@@ -518,19 +520,10 @@ fn a_uid_in_two_markers_owns_the_one_it_would_fetch_into_and_leaves_one_another_
     // A marker names a uid until a download rewrites it: x1 is also named in `aaa`, a directory
     // it used once. It owns `shared`, where it would fetch; once p9 took `shared`, it owns none
     // of it.
-    let (a, owner, held) = prefill_and_held();
-    let models = vec![a.clone(), owner.clone(), held.clone()];
     // In the shell's order (sorted by path): `aaa` comes first.
     let mut marked = vec![OwnedDir { path: "aaa".into(), uid: Uid::new("x1") }];
     marked.extend(["p1", "x1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u) }));
-    let mut h = H::new();
-    let mut seen = Seen::default();
-    let e = h.start(true, models.clone());
-    run(&mut h, e, &mut seen, &marked, &models);
-    assert_eq!(h.view(&held.key, "x1").owned_dir.as_deref(), Some("shared"));
-    let e = delete(&mut h, &a);
-    run(&mut h, e, &mut seen, &marked, &[owner.clone(), held.clone()]);
-    assert!(seen.trashed.is_empty(), "x1's weights: {:?}", seen.trashed);
+    let (mut h, mut seen, owner, held) = prefill_left(&marked);
     let e = h.advance(h.s.config().drift_period_ms * 2);
     let later =
         [OwnedDir { path: "aaa".into(), uid: Uid::new("x1") }, OwnedDir { path: "shared".into(), uid: Uid::new("p9") }];
