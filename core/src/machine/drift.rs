@@ -261,7 +261,6 @@ impl Claimed {
     }
 }
 
-/// One incarnation takes what the snapshot shows; true if anything about it changed.
 /// What a snapshot shows of one uid's directories: the paths whose marker names it, and every
 /// path with a marker.
 struct DirsSeen<'a> {
@@ -269,6 +268,7 @@ struct DirsSeen<'a> {
     marked: &'a FxHashSet<&'a str>,
 }
 
+/// One incarnation takes what the snapshot shows; true if anything about it changed.
 fn observe_incarnation(inc: &mut Incarnation, seen: &Seen, label_is_its: bool, dirs: &DirsSeen) -> bool {
     let mut changed = false;
     let entry_is_its = seen.entry.is_some_and(|e| e.is_of(inc.uid().as_str()));

@@ -192,10 +192,7 @@ pub(super) fn decide_exit(
     // A model read sent before the breaker's hold ends (a LIST may answer a held exit early)
     // decides nothing, whatever the Node says: read both again once the hold is over.
     if model.at < fresh_after {
-        if let Life::PendingConfirm { read, .. } = &mut inc.life {
-            *read = ReadState::Waiting { at: fresh_after };
-        }
-        return false;
+        return read_model_again(inc, fresh_after);
     }
     // The two witnesses speak of one moment: the Node read is sent no earlier than the model
     // read that agreed (a retried model read never pairs with an older round's Node read).
@@ -208,10 +205,7 @@ pub(super) fn decide_exit(
     // Node did not answer) pairs with a new model read, as the spec may have changed meanwhile
     // (the simulator's swarm, seed 10004629: a model re-placed during a wipe lost its label).
     if witness.sent.at > model.at.plus_ms(pair_within_ms) {
-        if let Life::PendingConfirm { read, .. } = &mut inc.life {
-            *read = ReadState::Waiting { at: st.now };
-        }
-        return false;
+        return read_model_again(inc, st.now);
     }
     let eligible = inc.obj.spec().is_none_or(|spec| placement(spec, &witness.node).is_eligible());
     match witness_verdict(eligible) {
@@ -223,6 +217,15 @@ pub(super) fn decide_exit(
             let evidence_at = model.at.min(witness.sent.at);
             gate(breaker, stats, st, inc, Decision::Withdraw, evidence_at);
         }
+    }
+    false
+}
+
+/// The exit's model read decides nothing: read the model again at `at` (and the Node after it).
+/// Returns false: the exit does not wait for the Node witness meanwhile.
+fn read_model_again(inc: &mut Incarnation, at: Instant) -> bool {
+    if let Life::PendingConfirm { read, .. } = &mut inc.life {
+        *read = ReadState::Waiting { at };
     }
     false
 }

@@ -231,18 +231,26 @@ fn an_owner_waits_for_the_loser_s_publish_in_flight_before_writing_the_shared_ke
     assert_eq!(collision_notes(&h), vec![(bm.key.clone(), cbm.key.clone())], "noted once, naming the owner");
 }
 
+/// A start on a Node whose labels are wiped, with `pair()`'s ClusterBaseModel placed only by a
+/// label: everything settled but the first snapshot, left unanswered. The harness, that
+/// snapshot's id, the effects and the ClusterBaseModel.
+fn restarted_on_a_wiped_node() -> (H, EffectId, Vec<Effect>, ModelObject) {
+    let (cbm, bm) = pair();
+    let cbm = gpu_only(cbm);
+    let mut h = H::new();
+    let e = h.start_on(node(&[]), false, vec![cbm.clone(), bm]);
+    let sid = snapshot_request(&e);
+    let e = h.settle_except(e, |op| *op == Op::Snapshot);
+    (h, sid, e, cbm)
+}
+
 #[test]
 fn after_a_start_a_model_the_node_s_view_does_not_place_keeps_its_keys_until_a_snapshot_shows_them() {
     // The simulator's swarm, seed 2280: the agent restarted while the Node's labels were wiped.
     // The ClusterBaseModel, which ranks first, is not placed by the wiped view, but its label and
     // entry are still on the node: the BaseModel must not write over them before the first
     // snapshot says what is there, nor after it while they are there.
-    let (cbm, bm) = pair();
-    let cbm = gpu_only(cbm);
-    let mut h = H::new();
-    let e = h.start_on(node(&[]), false, vec![cbm.clone(), bm.clone()]);
-    let sid = snapshot_request(&e);
-    let e = h.settle_except(e, |op| *op == Op::Snapshot);
+    let (mut h, sid, e, cbm) = restarted_on_a_wiped_node();
     assert!(publishers(&e).is_empty(), "written before the first snapshot: {e:?}");
     let (label_key, cm_key) = (wire::label_key(&cbm.key), wire::configmap_key(&cbm.key));
     let entry = EntryView { status: Some(ModelStatus::Ready), uid: Some(cbm.uid.clone()) };
@@ -258,12 +266,7 @@ fn after_a_start_a_model_the_node_s_view_does_not_place_keeps_its_keys_until_a_s
 
 #[test]
 fn after_a_start_a_model_outranked_only_until_the_first_snapshot_publishes_once_it_shows_nothing() {
-    let (cbm, bm) = pair();
-    let cbm = gpu_only(cbm);
-    let mut h = H::new();
-    let e = h.start_on(node(&[]), false, vec![cbm.clone(), bm.clone()]);
-    let sid = snapshot_request(&e);
-    h.settle_except(e, |op| *op == Op::Snapshot);
+    let (mut h, sid, _, _) = restarted_on_a_wiped_node();
     let e = h.input(Input::DriftObserved { id: sid, snapshot: DriftSnapshot::default() });
     let all = h.settle(e);
     assert_eq!(publishers(&all), vec![("u-bm".to_string(), true)], "{all:?}");
