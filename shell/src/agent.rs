@@ -281,9 +281,10 @@ fn dispatch(ctx: &Ctx, Effect { id, op }: Effect) {
         Op::VerifyLocal { key, path, parse_metadata, .. } => {
             spawn(ctx, async move |c: Ctx| Some(verify_local(&c, id, &key, &path, parse_metadata).await))
         }
-        Op::Download { key, uid, storage_uri, dest, parse_metadata, co_owners } => {
+        Op::Download { key, uid, storage_uri, dest, parse_metadata, co_owners, keep_marked } => {
             let cancel = ctx.downloads.register(id);
-            let request = downloads::Request { id, key, uid, storage_uri, dest, parse_metadata, co_owners };
+            let request =
+                downloads::Request { id, key, uid, storage_uri, dest, parse_metadata, co_owners, keep_marked };
             spawn(ctx, async move |c: Ctx| downloads::execute(c, request, cancel).await)
         }
         Op::CancelDownload { download } => ctx.downloads.cancel(download),

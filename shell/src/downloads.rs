@@ -87,6 +87,8 @@ pub struct Request {
     pub parse_metadata: bool,
     /// Other uids sharing `dest`: a marker naming any of them is accepted, and then names all.
     pub co_owners: Vec<Uid>,
+    /// Keep the uids an accepted marker names besides these (`Op::Download::keep_marked`).
+    pub keep_marked: bool,
 }
 
 /// Runs in the loop's task for the effect (counted in flight).
@@ -131,6 +133,7 @@ async fn run(c: &Ctx, request: &Request, cancel: watch::Receiver<bool>) -> Ended
         uid: request.uid.as_str().to_string(),
         key: request.key.to_string(),
         co_owners: request.co_owners.iter().map(|u| u.as_str().to_string()).collect(),
+        keep_marked: request.keep_marked,
         repo_id,
         revision,
         token,

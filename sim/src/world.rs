@@ -603,7 +603,9 @@ impl World {
                 let missing = self.nodes[node].missing_local.contains(path);
                 Some(Input::EffectDone { id, outcome: local_outcome(path, missing) })
             }
-            Op::Download { dest, uid, co_owners, .. } => self.exec_download(node, id, dest, uid, co_owners),
+            Op::Download { dest, uid, co_owners, keep_marked, .. } => {
+                self.exec_download(node, id, dest, uid, (co_owners, *keep_marked))
+            }
             Op::Resolve { storage_uri, .. } => Some(resolved(id, storage_uri)),
             Op::Link { uid, link, copy, .. } => Some(self.exec_link(node, id, uid, link, copy)),
             Op::Unlink { link, copy, .. } => Some(self.exec_unlink(node, id, link, copy)),
@@ -723,7 +725,7 @@ impl World {
         id: model_agent_core::machine::EffectId,
         dest: &model_agent_core::dest_path::DestPath,
         uid: &Uid,
-        co_owners: &[Uid],
+        (co_owners, keep_marked): (&[Uid], bool),
     ) -> Option<Input> {
         let cancelled = self.nodes[node].downloads_cancelled.remove(&id);
         if let Some(path) = dest.beneath_root() {
@@ -740,13 +742,17 @@ impl World {
             return Some(Input::EffectDone { id, outcome: fail("outside the models root") });
         };
         // As the real shell does: never download into a directory whose marker names none of
-        // the owners (this uid and its co-owners); the marker then names all of them.
-        let owners: BTreeSet<Uid> = co_owners.iter().chain(std::iter::once(uid)).cloned().collect();
-        if let Some(marker) = self.nodes[node].dirs.get(path)
-            && marker.is_disjoint(&owners)
-        {
-            let reason = format!("{} belongs to uids {marker:?}", dest.absolute());
-            return Some(Input::EffectDone { id, outcome: fail(&reason) });
+        // the owners (this uid and its co-owners); the marker then names all of them, and with
+        // `keep_marked` every uid it named too.
+        let mut owners: BTreeSet<Uid> = co_owners.iter().chain(std::iter::once(uid)).cloned().collect();
+        if let Some(marker) = self.nodes[node].dirs.get(path) {
+            if marker.is_disjoint(&owners) {
+                let reason = format!("{} belongs to uids {marker:?}", dest.absolute());
+                return Some(Input::EffectDone { id, outcome: fail(&reason) });
+            }
+            if keep_marked {
+                owners.extend(marker.iter().cloned());
+            }
         }
         if let Some(link) = self.nodes[node].links.get(path) {
             // As the shell does: a symlinked destination is refused. A process must never try

@@ -399,6 +399,11 @@ pub enum Op {
         /// them, or `uid`, is accepted, and the marker then names all of them.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         co_owners: Vec<Uid>,
+        /// The markers are not known yet (before this process's first snapshot): a marker that
+        /// is accepted keeps every uid it names besides the owners', rather than naming exactly
+        /// them (a model whose keys another holds may own the directory and not be known to).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        keep_marked: bool,
     },
     /// Resolve an `hf://` revision to its commit (`Outcome::Resolved`). When the source cannot
     /// answer, the shell may answer with the commit of the copy the symlink at `link` (beneath

@@ -192,6 +192,7 @@ impl State {
             synced,
             dirs,
             dirs_trashing,
+            markers_known: *snapshot_seen,
         };
         let before = registrations(slot);
         st.copy_released |= drive(&env, &mut emitter, timers, stats, key, slot);
@@ -231,6 +232,8 @@ pub(super) struct Env<'a> {
     pub(super) synced: bool,
     pub(super) dirs: &'a Map<Arc<str>, Arc<shared::DirUse>>,
     pub(super) dirs_trashing: &'a Set<Arc<str>>,
+    /// This process's first snapshot has come (`State::snapshot_seen`).
+    pub(super) markers_known: bool,
 }
 
 /// The directories a slot's incarnations are registered in.
@@ -468,6 +471,7 @@ fn context<'a>(
         update_model_spec: env.config.update_model_spec,
         dir: shared::member_draft(inc, &env.config.models_root, (env.node, held_by.is_some()))
             .map(|draft| draft.view(env.dirs, env.dirs_trashing, key, inc.uid())),
+        markers_known: env.markers_known,
     }
 }
 

@@ -63,6 +63,8 @@ pub struct Context<'a> {
     pub update_model_spec: bool,
     /// The directory this incarnation downloads into or owns, as the others using it see it.
     pub dir: Option<DirView>,
+    /// This process's first snapshot has come: what the markers name is known.
+    pub markers_known: bool,
 }
 
 /// Is the model placed on this node now? `None` when that cannot be known yet.
@@ -483,6 +485,7 @@ fn fetch_op(key: &ModelKey, inc: &Incarnation, plan: &Plan, ctx: &Context) -> Op
             dest: dest.clone(),
             parse_metadata,
             co_owners,
+            keep_marked: !ctx.markers_known,
         },
         Plan::Resolve { storage_uri } => {
             let link = match &inc.dest {

@@ -34,6 +34,33 @@ struct Seen {
     trashed: Vec<String>,
     entries: BTreeMap<String, wire::ModelEntry>,
     occupied: BTreeSet<String>,
+    /// When set, the uids each marker names: downloads rewrite them as the shell does, and
+    /// snapshots report them (rather than `run`'s `owned`).
+    markers: Option<BTreeMap<String, BTreeSet<String>>>,
+    /// Leave snapshots unanswered, kept here.
+    snapshots_held: Option<Vec<EffectId>>,
+}
+
+impl Seen {
+    fn snapshot(&self, owned: &[OwnedDir]) -> DriftSnapshot {
+        let Some(markers) = &self.markers else {
+            return DriftSnapshot { owned_dirs: owned.to_vec(), ..DriftSnapshot::default() };
+        };
+        let marked = markers.iter().flat_map(|(path, uids)| uids.iter().map(move |u| (path, u)));
+        let owned_dirs = marked.map(|(path, uid)| OwnedDir { path: path.clone(), uid: Uid::new(uid) }).collect();
+        DriftSnapshot { owned_dirs, ..DriftSnapshot::default() }
+    }
+
+    /// As the shell rewrites a marker it accepts (`owned_manifest`, `Marker::new`).
+    fn mark(&mut self, dest: &str, uid: &Uid, co_owners: &[Uid], keep_marked: bool) {
+        let Some(markers) = &mut self.markers else { return };
+        let owners = co_owners.iter().chain([uid]).map(|u| u.to_string());
+        let named = markers.entry(dest.to_string()).or_default();
+        if !keep_marked {
+            named.clear();
+        }
+        named.extend(owners);
+    }
 }
 
 /// Answers every effect as a healthy node would (downloads one step later, so that overlap is
@@ -54,9 +81,11 @@ fn run(h: &mut H, mut effects: Vec<Effect>, seen: &mut Seen, owned: &[OwnedDir],
                     seen.resolves += 1;
                     Input::EffectDone { id: e.id, outcome: Outcome::Resolved { commit: COMMIT.into() } }
                 }
-                Op::Download { uid, dest, co_owners, .. } => {
+                Op::Download { uid, dest, co_owners, keep_marked, .. } => {
                     let co = co_owners.iter().map(|u| u.to_string()).collect();
-                    seen.downloads.push((uid.to_string(), dest.beneath_root().map(str::to_string).unwrap(), co));
+                    let dest = dest.beneath_root().map(str::to_string).unwrap();
+                    seen.mark(&dest, uid, co_owners, *keep_marked);
+                    seen.downloads.push((uid.to_string(), dest, co));
                     downloading.push(e.id);
                     continue;
                 }
@@ -87,10 +116,11 @@ fn run(h: &mut H, mut effects: Vec<Effect>, seen: &mut Seen, owned: &[OwnedDir],
                     let objs = listed.iter().filter(|o| o.key.kind == *kind).cloned().map(Arc::new).collect();
                     Input::LiveList { id: e.id, result: ListResult::Listed(objs) }
                 }
-                Op::Snapshot => {
-                    let snapshot = DriftSnapshot { owned_dirs: owned.to_vec(), ..DriftSnapshot::default() };
-                    Input::DriftObserved { id: e.id, snapshot }
+                Op::Snapshot if seen.snapshots_held.is_some() => {
+                    seen.snapshots_held.as_mut().expect("checked").push(e.id);
+                    continue;
                 }
+                Op::Snapshot => Input::DriftObserved { id: e.id, snapshot: seen.snapshot(owned) },
                 Op::ProbeRoot => Input::RootProbed { id: e.id, probe: RootProbe::healthy(true) },
                 Op::LiveGet { .. } | Op::LiveGetNode | Op::CancelDownload { .. } => continue,
                 _ => done,
@@ -478,6 +508,34 @@ fn a_held_model_the_marker_names_keeps_the_path_when_the_other_member_leaves() {
     let e = delete(&mut h, &held);
     run(&mut h, e, &mut seen, &marked, std::slice::from_ref(&owner));
     assert_eq!(seen.trashed, vec!["shared".to_string()]);
+}
+
+#[test]
+fn a_re_check_before_the_first_snapshot_keeps_a_held_model_s_uid_in_the_marker() {
+    // After a restart `prefill` checks `shared` again before the first snapshot has said that
+    // x1, whose keys ClusterBaseModel `basemodel.x` holds, owns it too. Had the marker been
+    // rewritten to name p1 alone, the snapshot would take `shared` from x1, and `prefill`
+    // leaving would trash x1's weights.
+    let (a, owner, held) = prefill_and_held();
+    let models = vec![a.clone(), owner.clone(), held.clone()];
+    let named: BTreeSet<String> = ["p1", "x1"].map(String::from).into();
+    let markers = Some(BTreeMap::from([("shared".to_string(), named.clone())]));
+    let mut seen = Seen { markers, snapshots_held: Some(Vec::new()), ..Seen::default() };
+    let mut h = H::new();
+    let e = h.start(true, models.clone());
+    run(&mut h, e, &mut seen, &[], &models);
+    let downloads: Vec<&str> = seen.downloads.iter().map(|(uid, _, _)| uid.as_str()).collect();
+    assert_eq!(downloads, vec!["p1"], "the re-check ran before the first snapshot");
+    assert_eq!(seen.markers.as_ref().unwrap()["shared"], named);
+    let mut e = Vec::new();
+    for id in seen.snapshots_held.take().unwrap() {
+        e.extend(h.input(Input::DriftObserved { id, snapshot: seen.snapshot(&[]) }));
+    }
+    run(&mut h, e, &mut seen, &[], &models);
+    assert_eq!(h.view(&held.key, "x1").owned_dir.as_deref(), Some("shared"));
+    let e = delete(&mut h, &a);
+    run(&mut h, e, &mut seen, &[], &[owner, held]);
+    assert!(seen.trashed.is_empty(), "x1's weights are there: {:?}", seen.trashed);
 }
 
 #[test]

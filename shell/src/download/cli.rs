@@ -71,6 +71,7 @@ fn parse(args: Vec<String>, env: &dyn Fn(&str) -> Option<String>) -> Result<Args
         revision: String::new(),
         token: None,
         co_owners: Vec::new(),
+        keep_marked: false,
         store: None,
     };
     let job = match uri.starts_with("hf://") {

@@ -99,6 +99,9 @@ pub struct Job {
     /// Other models' uids sharing the directory (same source, same path): a marker naming any
     /// of them is accepted, and the marker then names them all.
     pub co_owners: Vec<String>,
+    /// An accepted marker keeps the uids it names besides these (the core does not know them
+    /// yet: before its first snapshot).
+    pub keep_marked: bool,
     pub repo_id: String,
     /// Branch, tag or commit sha (`main` when the URI names none).
     pub revision: String,

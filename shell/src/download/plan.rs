@@ -96,13 +96,17 @@ fn set_complete(tally: &TallySlot, done: &Finished) {
 /// The stored manifest of a directory this uid owns (`Some(None)`: owned, no manifest); `None` for a
 /// directory without a marker; a marker that names neither this uid nor one of its co-owners is an
 /// error. A marker naming some of the owners is rewritten to name exactly them (the models sharing
-/// the directory now).
+/// the directory now), or with `keep_marked` them and every uid it named.
 fn owned_manifest(dest: &Dest, job: &Job) -> Result<Option<Option<Manifest>>, DownloadError> {
     let Some(marker) = dest.read_marker()? else { return Ok(None) };
     if !marker.names(&job.uid) && !job.co_owners.iter().any(|u| marker.names(u)) {
         return Err(DownloadError::OwnedByOther { uid: marker.uid, path: dest.rel.clone() });
     }
-    let owners = Marker::new(&job.uid, &job.key, &job.co_owners);
+    let mut co_owners = job.co_owners.clone();
+    if job.keep_marked {
+        co_owners.extend(marker.uids().map(str::to_string));
+    }
+    let owners = Marker::new(&job.uid, &job.key, &co_owners);
     let mut named: Vec<&str> = marker.uids().collect();
     let mut wanted: Vec<&str> = owners.uids().collect();
     named.sort_unstable();

@@ -95,6 +95,7 @@ pub(super) fn job(root: &Root, revision: &str) -> Job {
         revision: revision.into(),
         token: None,
         co_owners: Vec::new(),
+        keep_marked: false,
         store: None,
     }
 }
@@ -330,6 +331,30 @@ async fn a_co_owner_finds_the_files_in_place_and_the_marker_then_names_both() {
     let stranger = Job { uid: "uid-3".into(), co_owners: vec!["uid-4".into()], ..job(&root, "main") };
     let error = run(stranger, &opts(&hub)).await.0.result.unwrap_err();
     assert!(matches!(error, DownloadError::OwnedByOther { .. }), "{error}");
+}
+
+fn marker_uids(root: &Root) -> Vec<String> {
+    let text = std::fs::read_to_string(root.dest().join(MARKER)).unwrap();
+    let marker: crate::fsops::Marker = serde_json::from_str(&text).unwrap();
+    let mut named: Vec<String> = marker.uids().map(str::to_string).collect();
+    named.sort_unstable();
+    named
+}
+
+/// Before the core's first snapshot it does not know what a marker names: a re-check then keeps
+/// every uid the marker named (a model whose keys another holds may own the files), and after
+/// it the marker names exactly the owners the core gives.
+#[tokio::test]
+async fn a_re_check_before_the_first_snapshot_keeps_the_uids_the_marker_named() {
+    let (hub, root) = (hub(), Root::new("keep-marked"));
+    let held = Job { uid: "uid-held".into(), co_owners: vec![UID.into()], ..job(&root, "main") };
+    finished(run(held, &opts(&hub)).await.0);
+    assert_eq!(marker_uids(&root), vec![UID, "uid-held"]);
+    let early = Job { keep_marked: true, ..job(&root, "main") };
+    finished(run(early, &opts(&hub)).await.0);
+    assert_eq!(marker_uids(&root), vec![UID, "uid-held"], "the held uid stays named");
+    finished(run(job(&root, "main"), &opts(&hub)).await.0);
+    assert_eq!(marker_uids(&root), vec![UID], "once the core knows, exactly its owners");
 }
 
 /// `Op::Resolve` when the Hub cannot answer: the copy a model's symlink points at stands in
