@@ -192,7 +192,7 @@ fn rank(key: &ModelKey, inc: &Incarnation) -> Rank {
 /// outranks must not write over them meanwhile.
 fn claimant<'a>(slot: &'a Slot, (node, unsnapshotted): (Option<&NodeView>, bool)) -> Option<&'a Incarnation> {
     let claims = |inc: &&Incarnation| {
-        let alive = matches!(inc.life, Life::Observed | Life::PendingConfirm { .. });
+        let alive = inc.may_stay();
         let maybe_here = inc.something_here() || (unsnapshotted && inc.published == Published::Unknown);
         alive && (eligible_now(inc, node) == Some(true) || maybe_here)
     };
@@ -223,7 +223,7 @@ pub(super) fn contest(
         // Removed only when no other model that may have it, or is placed here, maps to it.
         // A withdrawn or confirmed model is leaving too: it never fences (two leaving models
         // would each wait for the other).
-        let alive = |i: &Incarnation| matches!(i.life, Life::Observed | Life::PendingConfirm { .. });
+        let alive = Incarnation::may_stay;
         contest.fenced |= slot.all().any(|i| alive(i) && i.claims_label());
         contest.settling |= slot.all().any(|i| !alive(i) && i.inflight.is_some());
         writes_in_flight |= slot.all().any(|i| alive(i) && writes_keys_in_flight(i, inflight));

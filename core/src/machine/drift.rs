@@ -24,6 +24,9 @@ impl State {
         // Models it showed to have nothing here stop being claimants (`claims::contest`); those
         // it changed decide again, and the keys colliding with theirs with them.
         self.snapshot_seen = true;
+        if let Some((at, _)) = self.snapshot_retry.take() {
+            self.remove_timer(at, TimerKey::SnapshotRetry);
+        }
         for dir in &snap.owned_dirs {
             shared::marked(&mut self.dirs, &dir.path, std::slice::from_ref(&dir.uid));
         }
@@ -205,9 +208,7 @@ impl State {
             listed.iter().any(|o| !o.deleting && placed(o) && shared::may_use_copy(o, known_commit(o).as_deref(), rel));
         listed_uses
             || self.slots.values().flat_map(|s| s.all()).any(|i| {
-                matches!(i.life, Life::Observed | Life::PendingConfirm { .. })
-                    && placed(&i.obj)
-                    && shared::may_use_copy(&i.obj, known_commit(&i.obj).as_deref(), rel)
+                i.may_stay() && placed(&i.obj) && shared::may_use_copy(&i.obj, known_commit(&i.obj).as_deref(), rel)
             })
     }
 }

@@ -10,6 +10,11 @@ impl State {
         self.slot_invariants()?;
         self.inflight_invariants()?;
         self.window_invariants()?;
+        if let Some((at, _)) = self.snapshot_retry
+            && (self.snapshot_seen || !self.timers.contains(&(at, TimerKey::SnapshotRetry)))
+        {
+            return Err(format!("a retry of the first snapshot at {at:?} is kept without its timer or after it came"));
+        }
         if let Some(key) = self.node_reads.waiting.iter().find(|k| !self.slots.contains_key(*k)) {
             return Err(format!("{key} waits for a Node witness but has no record"));
         }

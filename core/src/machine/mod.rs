@@ -137,6 +137,8 @@ enum TimerKey {
     NodeReadRetry,
     RootProbe,
     Drift,
+    /// The first snapshot has not come: ask again (`State::snapshot_retry`).
+    SnapshotRetry,
     /// A snapshot soon after a shared copy lost its last member (the orphan sweep decides).
     Sweep,
     Purge(String),
@@ -267,6 +269,10 @@ pub struct State {
     /// A snapshot has been observed since this process started: until then, what a previous run
     /// left on the node is unknown (`claims::contest`).
     snapshot_seen: bool,
+    /// Until the first snapshot comes, when it is asked for again and the wait after that (the
+    /// shell answers nothing when the API or the scan fails, and what waits for the first
+    /// snapshot should not wait a whole drift period).
+    snapshot_retry: Option<(Instant, u64)>,
     snapshot_inflight: Option<EffectId>,
     orphan_check: Option<Arc<OrphanCheck>>,
     /// Who uses each directory beneath the root that a download writes into or a model owns.
@@ -380,6 +386,7 @@ impl State {
             trash: OrdMap::new(),
             drift_started: false,
             snapshot_seen: false,
+            snapshot_retry: None,
             snapshot_inflight: None,
             orphan_check: None,
             dirs: Map::default(),

@@ -30,7 +30,7 @@ impl State {
             .filter_map(|(key, slot)| {
                 let inc = slot.current.as_ref()?;
                 let downloads = inc.obj.spec().and_then(|s| s.uri.as_ref().ok()).is_some_and(|u| u.downloads());
-                let placed = matches!(inc.life, Life::Observed | Life::PendingConfirm { .. });
+                let placed = inc.may_stay();
                 (downloads && placed && eligible_now(inc, node) == Some(true)).then(|| key.clone())
             })
             .collect::<Vec<_>>();

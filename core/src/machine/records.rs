@@ -268,6 +268,11 @@ impl Incarnation {
         matches!(self.life, Life::Confirmed { .. })
     }
 
+    /// Neither withdrawn from this node nor confirmed gone: it may stay placed here.
+    pub fn may_stay(&self) -> bool {
+        matches!(self.life, Life::Observed | Life::PendingConfirm { .. })
+    }
+
     /// A placement exit waiting for the Node witness.
     pub fn awaits_node_witness(&self) -> bool {
         matches!(self.life, Life::PendingConfirm { read: ReadState::ModelAnswered { .. }, .. })

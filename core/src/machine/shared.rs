@@ -194,8 +194,7 @@ pub fn member_draft<'a>(
     models_root: &str,
     (node, held): (Option<&NodeView>, bool),
 ) -> Option<MemberDraft<'a>> {
-    let placed =
-        || matches!(inc.life, Life::Observed | Life::PendingConfirm { .. }) && eligible_now(inc, node) != Some(false);
+    let placed = || inc.may_stay() && eligible_now(inc, node) != Some(false);
     let plan = || match (inc.obj.spec(), &inc.dest) {
         (Some(spec), Ok(Some(dest))) if spec.uri.as_ref().is_ok_and(|u| u.downloads()) && placed() => {
             match choose_plan(inc, spec, dest, models_root) {

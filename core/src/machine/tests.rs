@@ -1225,13 +1225,39 @@ fn a_recorded_trace_replays_byte_for_byte() {
 }
 
 #[test]
+fn an_unanswered_first_snapshot_is_asked_for_again_sooner_and_sooner_no_more_once_it_came() {
+    // The regular drift pass comes 270-300 s after the start; until the first snapshot
+    // answers, it is asked for again after 10 s, then 20 s more, 40 s more, ...
+    let asked_s = |answer_at_s: Option<u64>| {
+        let mut h = H::new();
+        let e = h.start(false, vec![local("m", "u1")]);
+        h.settle(e.into_iter().filter(|e| e.op != Op::Snapshot).collect());
+        let mut asked_s = Vec::new();
+        for s in 1..270 {
+            let e = h.advance(1_000);
+            let Some(ask) = e.iter().find(|e| e.op == Op::Snapshot) else { continue };
+            asked_s.push(s);
+            if answer_at_s == Some(s) {
+                let e = h.input(Input::DriftObserved { id: ask.id, snapshot: DriftSnapshot::default() });
+                assert_eq!(published(&e), vec![(ModelStatus::Ready, None)]);
+            }
+        }
+        asked_s
+    };
+    assert_eq!(asked_s(None), vec![10, 30, 70, 150]);
+    assert_eq!(asked_s(Some(30)), vec![10, 30], "no more once one came");
+}
+
+#[test]
 fn an_unanswered_snapshot_does_not_block_later_drift_passes() {
     let mut h = H::new();
     let e = h.start(false, vec![local("m", "u1")]);
-    let first = snapshot_request(&e);
     h.settle(e.into_iter().filter(|e| e.op != Op::Snapshot).collect());
+    let e = h.advance(10_000);
+    let first = snapshot_request(&e);
     let e = h.advance(300_000);
-    let second = snapshot_request(&e);
+    // The retries and the drift pass fell due in one step: the last request is the one kept.
+    let second = e.iter().rev().find(|e| e.op == Op::Snapshot).expect("a snapshot request").id;
     assert_ne!(first, second);
     // The late answer to the replaced request is ignored; the new one is used.
     assert!(h.input(Input::DriftObserved { id: first, snapshot: DriftSnapshot::default() }).is_empty());

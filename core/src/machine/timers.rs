@@ -2,6 +2,10 @@
 
 use super::*;
 
+/// The first wait before the first snapshot is asked for again (then doubling, up to the drift
+/// period): an API that fails at start delays a colliding model's publish this long, not 5 min.
+pub(super) const SNAPSHOT_RETRY_FIRST_MS: u64 = 10_000;
+
 impl State {
     // ------------------------------------------------------------------------------------------
     // Timers
@@ -77,6 +81,14 @@ impl State {
         self.snapshot_inflight = Some(id);
     }
 
+    /// Ask for the first snapshot again after `wait_ms` unless it has come by then (doubling
+    /// each time, so that a scan slower than the wait is not replaced for ever).
+    pub(super) fn retry_snapshot_after(&mut self, now: Instant, wait_ms: u64) {
+        let at = now.plus_ms(wait_ms);
+        self.snapshot_retry = Some((at, wait_ms));
+        self.set_timer(at, TimerKey::SnapshotRetry);
+    }
+
     /// A shared copy lost its last member: a snapshot soon, so the orphan sweep can decide.
     pub(super) fn sweep_soon(&mut self, st: &Step) {
         if !self.sweep_set && !self.shutting_down {
@@ -113,6 +125,13 @@ impl State {
                     let period = self.config.drift_period_ms;
                     let jitter = self.prng.up_to(period / 10);
                     self.set_timer(st.now.plus_ms(period - jitter), TimerKey::Drift);
+                }
+                TimerKey::SnapshotRetry => {
+                    let Some((_, wait_ms)) = self.snapshot_retry.take() else { continue };
+                    if !self.snapshot_seen && !self.shutting_down {
+                        self.request_snapshot(st);
+                        self.retry_snapshot_after(st.now, (wait_ms * 2).min(self.config.drift_period_ms));
+                    }
                 }
                 TimerKey::Sweep => {
                     self.sweep_set = false;
