@@ -310,9 +310,12 @@ fn dispatch(ctx: &Ctx, Effect { id, op }: Effect) {
             Some(Input::EffectDone { id, outcome: outcome(result.and_then(|r| r)) })
         }),
         Op::ProbeRoot => spawn(ctx, async move |c: Ctx| Some(Input::RootProbed { id, probe: probe_root(&c).await })),
-        Op::Snapshot => {
-            spawn(ctx, async move |c: Ctx| snapshot(&c).await.map(|snapshot| Input::DriftObserved { id, snapshot }))
-        }
+        Op::Snapshot => spawn(ctx, async move |c: Ctx| {
+            Some(match snapshot(&c).await {
+                Ok(snapshot) => Input::DriftObserved { id, snapshot },
+                Err(reason) => Input::EffectDone { id, outcome: Outcome::Failed(reason) },
+            })
+        }),
     }
 }
 
@@ -349,26 +352,21 @@ fn queue_write(ctx: &Ctx, write: Write) {
 
 /// The API part and the disk part of a drift snapshot; none when either fails (the next period
 /// asks again).
-async fn snapshot(c: &Ctx) -> Option<model_agent_core::machine::DriftSnapshot> {
+/// The drift snapshot, or why it failed (logged with the core's note of when it asks again).
+async fn snapshot(c: &Ctx) -> Result<model_agent_core::machine::DriftSnapshot, String> {
     let mut snapshot = match kubeio::snapshot_api(&c.client, &c.node, &c.namespace).await {
         Ok(s) => s,
-        Err(e) => {
-            warn!(error = %e, "drift snapshot failed; the next period asks again");
-            return None;
-        }
+        Err(e) => return Err(format!("drift snapshot: {e}")),
     };
     let root = c.root.clone();
     let scanned = c.fs.call("scanning the models root", fsgate::TRASH_DEADLINE, move || fsops::scan(&root)).await;
     let (owned, trash) = match scanned {
         Ok(found) => found,
-        Err(e) => {
-            warn!(error = %e, "drift snapshot failed; the next period asks again");
-            return None;
-        }
+        Err(e) => return Err(format!("drift snapshot: {e}")),
     };
     snapshot.owned_dirs = owned;
     snapshot.trash = trash;
-    Some(snapshot)
+    Ok(snapshot)
 }
 
 /// Probe the models root, at most one probe at a time: while an earlier probe is stuck in the

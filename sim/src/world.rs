@@ -909,7 +909,8 @@ impl World {
     /// The API part and the disk part; none while the API server is down (the core asks again).
     fn exec_snapshot(&mut self, node: usize, id: model_agent_core::machine::EffectId) -> Option<Input> {
         if self.api.down {
-            return None;
+            // As the shell does: the snapshot's API reads failed.
+            return Some(Input::EffectDone { id, outcome: fail("drift snapshot: 503 Service Unavailable") });
         }
         let mut snapshot: DriftSnapshot = self.api.snapshot(node);
         snapshot.owned_dirs = self.nodes[node]

@@ -24,7 +24,7 @@ impl State {
         // Models it showed to have nothing here stop being claimants (`claims::contest`); those
         // it changed decide again, and the keys colliding with theirs with them.
         self.snapshot_seen = true;
-        if let Some((at, _)) = self.snapshot_retry.take() {
+        if let Some(at) = self.snapshot_retry.take() {
             self.remove_timer(at, TimerKey::SnapshotRetry);
         }
         for dir in &snap.owned_dirs {

@@ -10,10 +10,17 @@ impl State {
         self.slot_invariants()?;
         self.inflight_invariants()?;
         self.window_invariants()?;
-        if let Some((at, _)) = self.snapshot_retry
-            && (self.snapshot_seen || !self.timers.contains(&(at, TimerKey::SnapshotRetry)))
+        let retry_timers = self.timers.iter().filter(|(_, k)| *k == TimerKey::SnapshotRetry).count();
+        let retry_timer_kept =
+            self.snapshot_retry.is_some_and(|at| self.timers.contains(&(at, TimerKey::SnapshotRetry)));
+        if (retry_timers, retry_timer_kept)
+            != (usize::from(self.snapshot_retry.is_some()), self.snapshot_retry.is_some())
+            || (self.snapshot_seen && self.snapshot_retry.is_some())
         {
-            return Err(format!("a retry of the first snapshot at {at:?} is kept without its timer or after it came"));
+            return Err(format!(
+                "the first snapshot's retry {:?} disagrees with its {retry_timers} timers, or outlived it",
+                self.snapshot_retry
+            ));
         }
         if let Some(key) = self.node_reads.waiting.iter().find(|k| !self.slots.contains_key(*k)) {
             return Err(format!("{key} waits for a Node witness but has no record"));

@@ -434,7 +434,8 @@ pub enum Op {
     RemoveOrphanEntry { cm_key: String, uid: Option<Uid> },
     /// Answer with `Input::RootProbed`.
     ProbeRoot,
-    /// Answer with `Input::DriftObserved`.
+    /// Answer with `Input::DriftObserved`, or `Outcome::Failed` when the API reads or the scan
+    /// of the root fail (nothing at all leaves it to the next drift pass).
     Snapshot,
 }
 

@@ -137,7 +137,7 @@ enum TimerKey {
     NodeReadRetry,
     RootProbe,
     Drift,
-    /// The first snapshot has not come: ask again (`State::snapshot_retry`).
+    /// The first snapshot failed: ask again (`State::snapshot_retry`).
     SnapshotRetry,
     /// A snapshot soon after a shared copy lost its last member (the orphan sweep decides).
     Sweep,
@@ -269,10 +269,10 @@ pub struct State {
     /// A snapshot has been observed since this process started: until then, what a previous run
     /// left on the node is unknown (`claims::contest`).
     snapshot_seen: bool,
-    /// Until the first snapshot comes, when it is asked for again and the wait after that (the
-    /// shell answers nothing when the API or the scan fails, and what waits for the first
-    /// snapshot should not wait a whole drift period).
-    snapshot_retry: Option<(Instant, u64)>,
+    /// Until the first snapshot comes: when a failed one is asked for again, and how many have
+    /// failed (what waits for the first snapshot should not wait a whole drift period).
+    snapshot_retry: Option<Instant>,
+    snapshot_failures: u32,
     snapshot_inflight: Option<EffectId>,
     orphan_check: Option<Arc<OrphanCheck>>,
     /// Who uses each directory beneath the root that a download writes into or a model owns.
@@ -387,6 +387,7 @@ impl State {
             drift_started: false,
             snapshot_seen: false,
             snapshot_retry: None,
+            snapshot_failures: 0,
             snapshot_inflight: None,
             orphan_check: None,
             dirs: Map::default(),

@@ -4,8 +4,14 @@ use super::*;
 
 impl State {
     pub(super) fn on_effect_done(&mut self, st: &mut Step, id: EffectId, outcome: Outcome) {
+        // Looked up only on a failure: the common path stays one lookup.
+        if let Outcome::Failed(reason) = &outcome
+            && matches!(self.inflight.get(&id), Some(Owner::Snapshot { .. }))
+        {
+            return self.on_snapshot_failed(st, id, reason.clone());
+        }
         // Reads, probes and snapshots answer with their own inputs (an `EffectDone` for one is
-        // a shell bug): their owners stay where they are.
+        // a shell bug, but a snapshot's failure): their owners stay where they are.
         let answers_itself = |o: &Owner| {
             matches!(o, Owner::Get { .. } | Owner::List { .. } | Owner::NodeGet { .. } | Owner::Snapshot { .. })
         };

@@ -1224,40 +1224,72 @@ fn a_recorded_trace_replays_byte_for_byte() {
     assert!(parse(&text.replace("\"version\":2", "\"version\":7")).unwrap_err().contains("version 7"));
 }
 
-#[test]
-fn an_unanswered_first_snapshot_is_asked_for_again_sooner_and_sooner_no_more_once_it_came() {
-    // The regular drift pass comes 270-300 s after the start; until the first snapshot
-    // answers, it is asked for again after 10 s, then 20 s more, 40 s more, ...
-    let asked_s = |answer_at_s: Option<u64>| {
-        let mut h = H::new();
-        let e = h.start(false, vec![local("m", "u1")]);
-        h.settle(e.into_iter().filter(|e| e.op != Op::Snapshot).collect());
-        let mut asked_s = Vec::new();
-        for s in 1..270 {
-            let e = h.advance(1_000);
-            let Some(ask) = e.iter().find(|e| e.op == Op::Snapshot) else { continue };
-            asked_s.push(s);
-            if answer_at_s == Some(s) {
-                let e = h.input(Input::DriftObserved { id: ask.id, snapshot: DriftSnapshot::default() });
-                assert_eq!(published(&e), vec![(ModelStatus::Ready, None)]);
-            }
+/// Started, the first snapshot failed (or left unanswered); every later one is answered by
+/// `answer` at the second it is asked (`None`: left unanswered). The seconds at which one was
+/// asked, to 269 s (the regular drift pass comes 270-300 s after the start).
+fn snapshots_asked_s(first_fails: bool, answer: impl Fn(u64, EffectId) -> Option<Input>) -> Vec<u64> {
+    let mut h = H::new();
+    let e = h.start(false, vec![local("m", "u1")]);
+    let id = snapshot_request(&e);
+    h.settle(e.into_iter().filter(|e| e.op != Op::Snapshot).collect());
+    if first_fails {
+        h.input(Input::EffectDone { id, outcome: Outcome::Failed("drift snapshot: 503".into()) });
+    }
+    let mut asked_s = Vec::new();
+    for s in 1..270 {
+        let e = h.advance(1_000);
+        let Some(ask) = e.iter().find(|e| e.op == Op::Snapshot) else { continue };
+        asked_s.push(s);
+        if let Some(input) = answer(s, ask.id) {
+            h.input(input);
         }
-        asked_s
-    };
-    assert_eq!(asked_s(None), vec![10, 30, 70, 150]);
-    assert_eq!(asked_s(Some(30)), vec![10, 30], "no more once one came");
+    }
+    asked_s
+}
+
+#[test]
+fn a_failed_first_snapshot_is_asked_for_again_sooner_and_sooner_no_more_once_one_came() {
+    let fail = |id| Some(Input::EffectDone { id, outcome: Outcome::Failed("drift snapshot: 503".into()) });
+    let observed = |id| Some(Input::DriftObserved { id, snapshot: DriftSnapshot::default() });
+    assert_eq!(snapshots_asked_s(true, |_, id| fail(id)), vec![10, 30, 70, 150]);
+    let came_at_30 = snapshots_asked_s(true, |s, id| if s == 30 { observed(id) } else { fail(id) });
+    assert_eq!(came_at_30, vec![10, 30]);
+    // A slow one is waited for, not replaced; one that never answers waits for the drift pass.
+    assert_eq!(snapshots_asked_s(false, |_, _| None), Vec::<u64>::new());
+}
+
+#[test]
+fn a_failed_snapshot_after_the_first_one_waits_for_the_next_drift_pass() {
+    let mut h = H::new();
+    let e = h.start(false, vec![local("m", "u1")]);
+    let first = snapshot_request(&e);
+    h.settle(e.into_iter().filter(|e| e.op != Op::Snapshot).collect());
+    h.input(Input::DriftObserved { id: first, snapshot: DriftSnapshot::default() });
+    let e = h.advance(300_000);
+    let second = snapshot_request(&e);
+    h.input(Input::EffectDone { id: second, outcome: Outcome::Failed("drift snapshot: 503".into()) });
+    let retry_in_ms: Vec<u64> = h
+        .notes
+        .iter()
+        .filter_map(|n| match n {
+            Note::EffectFailed { id, retry_in_ms, .. } if *id == second => Some(*retry_in_ms),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(retry_in_ms, vec![300_000]);
+    for _ in 0..269 {
+        assert!(!h.advance(1_000).iter().any(|e| e.op == Op::Snapshot));
+    }
 }
 
 #[test]
 fn an_unanswered_snapshot_does_not_block_later_drift_passes() {
     let mut h = H::new();
     let e = h.start(false, vec![local("m", "u1")]);
-    h.settle(e.into_iter().filter(|e| e.op != Op::Snapshot).collect());
-    let e = h.advance(10_000);
     let first = snapshot_request(&e);
+    h.settle(e.into_iter().filter(|e| e.op != Op::Snapshot).collect());
     let e = h.advance(300_000);
-    // The retries and the drift pass fell due in one step: the last request is the one kept.
-    let second = e.iter().rev().find(|e| e.op == Op::Snapshot).expect("a snapshot request").id;
+    let second = snapshot_request(&e);
     assert_ne!(first, second);
     // The late answer to the replaced request is ignored; the new one is used.
     assert!(h.input(Input::DriftObserved { id: first, snapshot: DriftSnapshot::default() }).is_empty());

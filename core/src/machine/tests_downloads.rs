@@ -8,10 +8,16 @@ use super::*;
 /// flight (not answered): the harness and the download's id.
 fn downloading() -> (H, EffectId) {
     let mut h = H::new();
-    let mut effects = h.start(true, vec![hf("m", "u1")]);
+    let effects = h.start(true, vec![hf("m", "u1")]);
+    let dl = first_download(&mut h, effects);
+    (h, dl.id)
+}
+
+/// The first download `effects` lead to, their publishes answered.
+fn first_download(h: &mut H, mut effects: Vec<Effect>) -> Effect {
     for _ in 0..10 {
         if let Some(dl) = effects.iter().find(|e| matches!(e.op, Op::Download { .. })) {
-            return (h, dl.id);
+            return dl.clone();
         }
         let publishes: Vec<EffectId> =
             effects.iter().filter(|e| matches!(e.op, Op::Publish { .. })).map(|e| e.id).collect();
@@ -183,6 +189,24 @@ fn a_retry_delay_that_saturates_the_clock_keeps_the_timer_and_the_record_in_step
         assert!(!e.iter().any(|e| matches!(e.op, Op::Download { .. })), "no retry before the source's delay");
         assert_eq!(h.s.invariants(), Ok(()));
     }
+}
+
+#[test]
+fn only_a_download_sent_before_the_first_snapshot_keeps_the_uids_its_marker_named() {
+    let keeps_marked = |snapshot_first: bool| {
+        let mut h = H::new();
+        let mut effects = h.start(true, vec![hf("m", "u1")]);
+        if snapshot_first {
+            let id = snapshot_request(&effects);
+            effects.extend(h.input(Input::DriftObserved { id, snapshot: DriftSnapshot::default() }));
+        }
+        match first_download(&mut h, effects).op {
+            Op::Download { keep_marked, .. } => keep_marked,
+            _ => unreachable!("a download"),
+        }
+    };
+    assert!(keeps_marked(false), "the core does not know what the marker names yet");
+    assert!(!keeps_marked(true), "once it knows, the marker names exactly the owners it gives");
 }
 
 #[test]

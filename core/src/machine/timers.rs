@@ -2,9 +2,10 @@
 
 use super::*;
 
-/// The first wait before the first snapshot is asked for again (then doubling, up to the drift
-/// period): an API that fails at start delays a colliding model's publish this long, not 5 min.
-pub(super) const SNAPSHOT_RETRY_FIRST_MS: u64 = 10_000;
+/// The wait after the first failure of this process's first snapshot, doubling with each
+/// failure up to the drift period: an API that fails at the start delays a colliding model's
+/// publish this long, not 5 min.
+const SNAPSHOT_RETRY_FIRST_MS: u64 = 10_000;
 
 impl State {
     // ------------------------------------------------------------------------------------------
@@ -81,12 +82,27 @@ impl State {
         self.snapshot_inflight = Some(id);
     }
 
-    /// Ask for the first snapshot again after `wait_ms` unless it has come by then (doubling
-    /// each time, so that a scan slower than the wait is not replaced for ever).
-    pub(super) fn retry_snapshot_after(&mut self, now: Instant, wait_ms: u64) {
-        let at = now.plus_ms(wait_ms);
-        self.snapshot_retry = Some((at, wait_ms));
-        self.set_timer(at, TimerKey::SnapshotRetry);
+    /// The snapshot `id` failed (the API or the scan). Before the first one came, it is asked
+    /// for again after a wait that doubles with each failure; after, the next drift pass asks.
+    pub(super) fn on_snapshot_failed(&mut self, st: &mut Step, id: EffectId, reason: String) {
+        self.inflight.remove(&id);
+        self.snapshot_inflight = None;
+        self.stats.effects_failed += 1;
+        let period = self.config.drift_period_ms;
+        let retry_in_ms = match self.snapshot_retry {
+            _ if self.snapshot_seen || self.shutting_down => period,
+            Some(at) => at.ms_since(st.now),
+            None => {
+                let doublings = self.snapshot_failures.min(16);
+                self.snapshot_failures += 1;
+                let wait_ms = SNAPSHOT_RETRY_FIRST_MS.saturating_mul(1 << doublings).min(period);
+                let at = st.now.plus_ms(wait_ms);
+                self.snapshot_retry = Some(at);
+                self.set_timer(at, TimerKey::SnapshotRetry);
+                wait_ms
+            }
+        };
+        st.notes.push(Note::EffectFailed { id, reason, retry_in_ms });
     }
 
     /// A shared copy lost its last member: a snapshot soon, so the orphan sweep can decide.
@@ -127,10 +143,10 @@ impl State {
                     self.set_timer(st.now.plus_ms(period - jitter), TimerKey::Drift);
                 }
                 TimerKey::SnapshotRetry => {
-                    let Some((_, wait_ms)) = self.snapshot_retry.take() else { continue };
-                    if !self.snapshot_seen && !self.shutting_down {
+                    // A drift pass may have asked meanwhile: that one is not replaced.
+                    self.snapshot_retry = None;
+                    if !self.snapshot_seen && !self.shutting_down && self.snapshot_inflight.is_none() {
                         self.request_snapshot(st);
-                        self.retry_snapshot_after(st.now, (wait_ms * 2).min(self.config.drift_period_ms));
                     }
                 }
                 TimerKey::Sweep => {

@@ -55,7 +55,6 @@ impl State {
                     // previous run left on the node.
                     self.drift_started = true;
                     self.set_timer(st.now, TimerKey::Drift);
-                    self.retry_snapshot_after(st.now, timers::SNAPSHOT_RETRY_FIRST_MS);
                 }
             }
             // An object on the wrong stream: a shell bug. Ignored rather than guessed at.
