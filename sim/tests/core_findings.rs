@@ -52,9 +52,14 @@ fn a_delete_during_a_held_placement_exit_is_not_lost() {
 /// paired a model read with a Node read sent 22 s later (two Node reads had timed out), and the
 /// model had been placed here again in between; its label and entry were removed (a Node
 /// witness now pairs only with a model read sent at most one read timeout before it; 10004629).
+/// And a liveness failure in the same range: a stale relist brought back a deleted
+/// ClusterBaseModel, whose label removal was fenced by the colliding BaseModel, a candidate that
+/// had published nothing; that one, being deleted, left without touching the label, and the
+/// orphan sweep kept the label because the fresh LIST still showed it, its finalizer held (a
+/// model being deleted no longer claims a label in the sweep; 10005080).
 #[test]
 fn swarm_seeds_found_on_wiped_or_restarted_nodes_pass() {
-    for seed in [380, 2280, 5_002_019, 5_002_460, 5_003_578, 5_003_689, 5_004_044, 5_004_255, 10_004_629] {
+    for seed in [380, 2280, 5_002_019, 5_002_460, 5_003_578, 5_003_689, 5_004_044, 5_004_255, 10_004_629, 10_005_080] {
         let (r, _, knobs) = model_agent_sim::scenario::swarm_run(seed, None, None);
         assert!(r.clean(), "seed {seed} ({knobs:?}): {:#?}", r.invariant_violations);
     }

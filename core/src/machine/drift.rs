@@ -147,7 +147,12 @@ impl State {
         let mut entries = BTreeSet::new();
         let mut uids = BTreeSet::new();
         for obj in listed {
-            labels.insert(wire::label_key(&obj.key));
+            // One being deleted (its finalizer still held) claims no label: that is final, and
+            // its cleanup removes only a label it wrote, so a colliding model's label it fenced
+            // would stay for good (swarm seed 10005080).
+            if !obj.deleting {
+                labels.insert(wire::label_key(&obj.key));
+            }
             entries.insert(wire::configmap_key(&obj.key));
             uids.insert(obj.uid.clone());
         }

@@ -299,3 +299,40 @@ fn an_owner_does_not_wait_for_a_loser_s_effect_that_writes_no_key() {
     let all = h.settle(e);
     assert_eq!(publishers(&all), vec![("u-cbm".to_string(), true)], "{all:?}");
 }
+
+#[test]
+fn a_shared_label_fenced_by_a_model_that_then_leaves_is_removed_as_an_orphan() {
+    // The simulator's swarm, seed 10005080: the owner's removal of the shared label was fenced
+    // by the colliding BaseModel, a candidate that had published nothing. Confirmed deleting,
+    // the BaseModel left without touching the label, and every orphan sweep kept the label:
+    // the fresh LIST still showed the BaseModel, its finalizer held.
+    let (cbm, bm) = pair();
+    let mut h = H::new();
+    let e = h.start(false, vec![bm.clone()]);
+    h.settle(e);
+    let e = h.watch(Kind::BaseModel, WatchEvent::Deleted(bm.clone().into()));
+    h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Failed("503".into()) });
+    // While its read is retried, a snapshot shows the node bare: it has nothing here.
+    let e = h.advance(300_000);
+    let bm_read = one_get(&e);
+    h.settle(e);
+    assert_eq!(h.view(&bm.key, "u-bm").published, Published::Nothing);
+    let e = h.apply(cbm.clone());
+    assert_eq!(publishers(&h.settle(e)), vec![("u-cbm".to_string(), true)]);
+    let e = h.apply(deleting(cbm.clone()));
+    let all = h.settle(e);
+    assert!(!removes_label(&all), "fenced by the BaseModel, still a candidate: {all:?}");
+    let e = h.input(Input::LiveRead { id: bm_read, result: ReadResult::Found(deleting(bm.clone()).into()) });
+    let all = h.settle(e);
+    assert!(!removes_label(&all) && h.s.model_count() == 0, "{all:?}");
+    let e = h.advance(300_000);
+    let label = (Arc::from(wire::label_key(&cbm.key).as_str()), Arc::from("Ready"));
+    let snapshot = DriftSnapshot { labels: [label].into(), ..DriftSnapshot::default() };
+    let e = h.input(Input::DriftObserved { id: snapshot_request(&e), snapshot });
+    let mut out = Vec::new();
+    for (id, kind) in lists(&e) {
+        let listed = if kind == Kind::BaseModel { vec![deleting(bm.clone()).into()] } else { vec![] };
+        out.extend(h.input(Input::LiveList { id, result: ListResult::Listed(listed) }));
+    }
+    assert!(removes_label(&out), "a model being deleted claims no label: {out:?}");
+}
