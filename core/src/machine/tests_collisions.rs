@@ -336,3 +336,136 @@ fn a_shared_label_fenced_by_a_model_that_then_leaves_is_removed_as_an_orphan() {
     }
     assert!(removes_label(&out), "a model being deleted claims no label: {out:?}");
 }
+
+#[test]
+fn a_shared_label_fenced_by_a_model_later_withdrawn_from_the_node_is_removed() {
+    // The owner's removal of the shared label is fenced by the colliding BaseModel, placed here
+    // and alive. The BaseModel then stops being placed here before it published anything (its
+    // check in flight), and is withdrawn on two witnesses. Alive, it is neither confirmed gone
+    // nor deleting, so its record claims the label in every orphan sweep: the label must go by
+    // its withdrawal, or by a drift pass crediting it with the label.
+    let (cbm, bm) = pair();
+    let (cbm, bm) = (gpu_only(cbm), gpu_only(bm));
+    let placed = node(&[("gpu", "h100"), ("zone", "a"), ("os", "linux")]);
+    let mut h = H::new();
+    let e = h.start_on(placed, false, vec![cbm.clone(), bm.clone()]);
+    let all = h.settle(e);
+    assert_eq!(publishers(&all), vec![("u-cbm".to_string(), true)], "{all:?}");
+    assert_eq!(h.view(&bm.key, "u-bm").published, Published::Nothing, "held, and the snapshot showed nothing");
+    // The owner is deleted; the BaseModel, placed here, fences the label and checks its weights.
+    let bm_check = |op: &Op| matches!(op, Op::VerifyLocal { uid, .. } if uid.as_str() == "u-bm");
+    let e = h.apply(deleting(cbm.clone()));
+    let all = h.settle_except(e, bm_check);
+    assert!(!removes_label(&all), "fenced by the live, placed BaseModel: {all:?}");
+    assert!(all.iter().any(|e| matches!(e.op, Op::Unpublish { remove_label: false, .. })), "{all:?}");
+    assert!(publishers(&all).is_empty(), "{all:?}");
+    assert!(h.s.incarnation(&cbm.key, &cbm.uid).is_none(), "the owner's record is gone");
+    // No longer held, it cannot know what the shared keys hold (`note_collision`).
+    assert_eq!(h.view(&bm.key, "u-bm").published, Published::Unknown);
+    let check = all.iter().find(|e| bm_check(&e.op)).expect("the BaseModel checks its weights").id;
+    // The Node stops placing the BaseModel (most labels stay: no wipe trips the breaker); both
+    // witnesses agree: withdrawn, alive. Its withdrawal takes the label, fenced by no one now.
+    let bare = node(&[("zone", "a"), ("os", "linux")]);
+    let e = h.input(Input::NodeObserved(bare.clone()));
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(bm.clone().into()) });
+    let e = h.input(Input::NodeRead { id: one_node_get(&e), result: NodeReadResult::Found(bare) });
+    let mut all = h.settle(e);
+    let e = h.input(Input::EffectDone { id: check, outcome: Outcome::Done });
+    all.extend(h.settle(e));
+    let v = h.view(&bm.key, "u-bm");
+    assert_eq!(v.life, Life::Withdrawn);
+    assert_eq!(v.published, Published::Nothing);
+    assert!(publishers(&all).is_empty(), "{all:?}");
+    assert!(
+        all.iter().any(|e| matches!(&e.op, Op::Unpublish { uid, remove_label: true, .. } if uid.as_str() == "u-bm")),
+        "the withdrawal removes the shared label: {all:?}"
+    );
+    // The label is back (a late write of the owner's, say), and the withdrawn BaseModel's record
+    // says it has nothing here: a drift pass credits it with the label, and it goes again. The
+    // sweep's LISTs, if any, show the BaseModel alive and not deleting.
+    let label = (Arc::from(wire::label_key(&cbm.key).as_str()), Arc::from("Ready"));
+    let mut out = Vec::new();
+    for _ in 0..2 {
+        let e = h.advance(300_000);
+        let snapshot = DriftSnapshot { labels: [label.clone()].into(), ..DriftSnapshot::default() };
+        let mut e = h.input(Input::DriftObserved { id: snapshot_request(&e), snapshot });
+        for (id, kind) in lists(&e) {
+            let listed = if kind == Kind::BaseModel { vec![bm.clone().into()] } else { vec![] };
+            e.extend(h.input(Input::LiveList { id, result: ListResult::Listed(listed) }));
+        }
+        out.extend(h.settle(e));
+        if removes_label(&out) {
+            break;
+        }
+    }
+    assert!(
+        out.iter().any(|e| matches!(&e.op, Op::Unpublish { uid, remove_label: true, .. } if uid.as_str() == "u-bm")),
+        "the shared label stuck: {out:?}"
+    );
+    assert!(publishers(&out).is_empty(), "{out:?}");
+    assert_eq!(h.view(&bm.key, "u-bm").life, Life::Withdrawn);
+}
+
+#[test]
+fn a_shared_label_fenced_by_a_model_that_then_has_nothing_here_and_is_unplaced_is_removed() {
+    // As above, but the BaseModel is never held in its own record: a pending read (a phantom
+    // delete, its GET failing) holds it quietly while a snapshot shows the node bare, so its
+    // record says it has nothing here. It fences the owner's removal, is unplaced, and is found
+    // alive: with nothing here it has no placement exit, and stays Observed, not placed. A drift
+    // pass credits it with the label (`Drifted`), so it exits on two witnesses and withdraws it.
+    let (cbm, bm) = pair();
+    let (cbm, bm) = (gpu_only(cbm), gpu_only(bm));
+    let mut h = H::new();
+    let e = h.start_on(node(&[("gpu", "h100"), ("zone", "a"), ("os", "linux")]), false, vec![bm.clone()]);
+    h.settle(e);
+    let e = h.watch(Kind::BaseModel, WatchEvent::Deleted(bm.clone().into()));
+    h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Failed("503".into()) });
+    let e = h.advance(300_000);
+    let bm_read = one_get(&e);
+    h.settle(e);
+    assert_eq!(h.view(&bm.key, "u-bm").published, Published::Nothing);
+    let e = h.apply(cbm.clone());
+    assert_eq!(publishers(&h.settle(e)), vec![("u-cbm".to_string(), true)]);
+    let e = h.apply(deleting(cbm.clone()));
+    let all = h.settle(e);
+    assert!(!removes_label(&all), "fenced by the BaseModel, alive and placed here: {all:?}");
+    assert!(h.s.incarnation(&cbm.key, &cbm.uid).is_none(), "the owner's record is gone");
+    let bare = node(&[("zone", "a"), ("os", "linux")]);
+    let e = h.input(Input::NodeObserved(bare.clone()));
+    let mut all = h.settle(e);
+    let e = h.input(Input::LiveRead { id: bm_read, result: ReadResult::Found(bm.clone().into()) });
+    all.extend(h.settle(e));
+    let v = h.view(&bm.key, "u-bm");
+    assert_eq!((v.life, v.published), (Life::Observed, Published::Nothing), "{all:?}");
+    assert!(!removes_label(&all) && publishers(&all).is_empty(), "{all:?}");
+    let label = (Arc::from(wire::label_key(&cbm.key).as_str()), Arc::from("Ready"));
+    let mut out = Vec::new();
+    for _ in 0..2 {
+        let e = h.advance(300_000);
+        let snapshot = DriftSnapshot { labels: [label.clone()].into(), ..DriftSnapshot::default() };
+        let mut e = h.input(Input::DriftObserved { id: snapshot_request(&e), snapshot });
+        for (id, kind) in lists(&e) {
+            let listed = if kind == Kind::BaseModel { vec![bm.clone().into()] } else { vec![] };
+            e.extend(h.input(Input::LiveList { id, result: ListResult::Listed(listed) }));
+        }
+        // The placement exit's two witnesses: the model alive, the Node not placing it.
+        for _ in 0..2 {
+            if let Some(id) = gets(&e).first().map(|g| g.0) {
+                e.extend(h.input(Input::LiveRead { id, result: ReadResult::Found(bm.clone().into()) }));
+            }
+            if let Some(w) = e.iter().find(|e| e.op == Op::LiveGetNode).map(|e| e.id) {
+                e.extend(h.input(Input::NodeRead { id: w, result: NodeReadResult::Found(bare.clone()) }));
+            }
+        }
+        out.extend(h.settle(e));
+        if removes_label(&out) {
+            break;
+        }
+    }
+    assert!(
+        out.iter().any(|e| matches!(&e.op, Op::Unpublish { uid, remove_label: true, .. } if uid.as_str() == "u-bm")),
+        "the shared label stuck: {out:?}"
+    );
+    assert!(publishers(&out).is_empty(), "{out:?}");
+    assert_eq!(h.view(&bm.key, "u-bm").life, Life::Withdrawn);
+}
