@@ -300,16 +300,10 @@ fn an_owner_does_not_wait_for_a_loser_s_effect_that_writes_no_key() {
     assert_eq!(publishers(&all), vec![("u-cbm".to_string(), true)], "{all:?}");
 }
 
-#[test]
-fn a_shared_label_fenced_by_a_model_that_then_leaves_is_removed_as_an_orphan() {
-    // The simulator's swarm, seed 10005080: the owner's removal of the shared label was fenced
-    // by the colliding BaseModel, a candidate that had published nothing. Confirmed deleting,
-    // the BaseModel left without touching the label, and every orphan sweep kept the label:
-    // the fresh LIST still showed the BaseModel, its finalizer held.
-    let (cbm, bm) = pair();
-    let mut h = H::new();
-    let e = h.start(false, vec![bm.clone()]);
-    h.settle(e);
+/// After a start with `bm` alone: `bm` becomes a candidate whose read fails, a snapshot shows
+/// the node bare (its record: nothing here), then `cbm` publishes and is deleted, its removal of
+/// the shared label fenced by `bm`. Returns `bm`'s read, retried and not answered yet.
+fn fenced_by_a_candidate_with_nothing_here(h: &mut H, cbm: &ModelObject, bm: &ModelObject) -> EffectId {
     let e = h.watch(Kind::BaseModel, WatchEvent::Deleted(bm.clone().into()));
     h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Failed("503".into()) });
     // While its read is retried, a snapshot shows the node bare: it has nothing here.
@@ -322,6 +316,63 @@ fn a_shared_label_fenced_by_a_model_that_then_leaves_is_removed_as_an_orphan() {
     let e = h.apply(deleting(cbm.clone()));
     let all = h.settle(e);
     assert!(!removes_label(&all), "fenced by the BaseModel, still a candidate: {all:?}");
+    assert!(h.s.incarnation(&cbm.key, &cbm.uid).is_none(), "the owner's record is gone");
+    bm_read
+}
+
+/// Up to two drift passes whose snapshot shows `cbm`'s label, the sweep's LISTs showing `bm`
+/// alive, and (with `node`) the placement exit's two witnesses: `bm` alive, `node` as the
+/// Node. What they emitted, up to the pass that removed the label.
+fn drift_passes_showing_the_label(
+    h: &mut H,
+    cbm: &ModelObject,
+    bm: &ModelObject,
+    node: Option<&NodeView>,
+) -> Vec<Effect> {
+    let label = (Arc::from(wire::label_key(&cbm.key).as_str()), Arc::from("Ready"));
+    let mut out = Vec::new();
+    for _ in 0..2 {
+        let e = h.advance(300_000);
+        let snapshot = DriftSnapshot { labels: [label.clone()].into(), ..DriftSnapshot::default() };
+        let mut e = h.input(Input::DriftObserved { id: snapshot_request(&e), snapshot });
+        for (id, kind) in lists(&e) {
+            let listed = if kind == Kind::BaseModel { vec![bm.clone().into()] } else { vec![] };
+            e.extend(h.input(Input::LiveList { id, result: ListResult::Listed(listed) }));
+        }
+        for _ in 0..usize::from(node.is_some()) * 2 {
+            if let Some(id) = gets(&e).first().map(|g| g.0) {
+                e.extend(h.input(Input::LiveRead { id, result: ReadResult::Found(bm.clone().into()) }));
+            }
+            if let Some(w) = e.iter().find(|e| e.op == Op::LiveGetNode).map(|e| e.id) {
+                let found = NodeReadResult::Found(node.expect("asked only with a node").clone());
+                e.extend(h.input(Input::NodeRead { id: w, result: found }));
+            }
+        }
+        out.extend(h.settle(e));
+        if removes_label(&out) {
+            break;
+        }
+    }
+    assert!(
+        out.iter().any(|e| matches!(&e.op, Op::Unpublish { uid, remove_label: true, .. } if uid.as_str() == "u-bm")),
+        "the shared label stuck: {out:?}"
+    );
+    assert!(publishers(&out).is_empty(), "{out:?}");
+    assert_eq!(h.view(&bm.key, "u-bm").life, Life::Withdrawn);
+    out
+}
+
+#[test]
+fn a_shared_label_fenced_by_a_model_that_then_leaves_is_removed_as_an_orphan() {
+    // The simulator's swarm, seed 10005080: the owner's removal of the shared label was fenced
+    // by the colliding BaseModel, a candidate that had published nothing. Confirmed deleting,
+    // the BaseModel left without touching the label, and every orphan sweep kept the label:
+    // the fresh LIST still showed the BaseModel, its finalizer held.
+    let (cbm, bm) = pair();
+    let mut h = H::new();
+    let e = h.start(false, vec![bm.clone()]);
+    h.settle(e);
+    let bm_read = fenced_by_a_candidate_with_nothing_here(&mut h, &cbm, &bm);
     let e = h.input(Input::LiveRead { id: bm_read, result: ReadResult::Found(deleting(bm.clone()).into()) });
     let all = h.settle(e);
     assert!(!removes_label(&all) && h.s.model_count() == 0, "{all:?}");
@@ -383,27 +434,7 @@ fn a_shared_label_fenced_by_a_model_later_withdrawn_from_the_node_is_removed() {
     // The label is back (a late write of the owner's, say), and the withdrawn BaseModel's record
     // says it has nothing here: a drift pass credits it with the label, and it goes again. The
     // sweep's LISTs, if any, show the BaseModel alive and not deleting.
-    let label = (Arc::from(wire::label_key(&cbm.key).as_str()), Arc::from("Ready"));
-    let mut out = Vec::new();
-    for _ in 0..2 {
-        let e = h.advance(300_000);
-        let snapshot = DriftSnapshot { labels: [label.clone()].into(), ..DriftSnapshot::default() };
-        let mut e = h.input(Input::DriftObserved { id: snapshot_request(&e), snapshot });
-        for (id, kind) in lists(&e) {
-            let listed = if kind == Kind::BaseModel { vec![bm.clone().into()] } else { vec![] };
-            e.extend(h.input(Input::LiveList { id, result: ListResult::Listed(listed) }));
-        }
-        out.extend(h.settle(e));
-        if removes_label(&out) {
-            break;
-        }
-    }
-    assert!(
-        out.iter().any(|e| matches!(&e.op, Op::Unpublish { uid, remove_label: true, .. } if uid.as_str() == "u-bm")),
-        "the shared label stuck: {out:?}"
-    );
-    assert!(publishers(&out).is_empty(), "{out:?}");
-    assert_eq!(h.view(&bm.key, "u-bm").life, Life::Withdrawn);
+    drift_passes_showing_the_label(&mut h, &cbm, &bm, None);
 }
 
 #[test]
@@ -418,18 +449,7 @@ fn a_shared_label_fenced_by_a_model_that_then_has_nothing_here_and_is_unplaced_i
     let mut h = H::new();
     let e = h.start_on(node(&[("gpu", "h100"), ("zone", "a"), ("os", "linux")]), false, vec![bm.clone()]);
     h.settle(e);
-    let e = h.watch(Kind::BaseModel, WatchEvent::Deleted(bm.clone().into()));
-    h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Failed("503".into()) });
-    let e = h.advance(300_000);
-    let bm_read = one_get(&e);
-    h.settle(e);
-    assert_eq!(h.view(&bm.key, "u-bm").published, Published::Nothing);
-    let e = h.apply(cbm.clone());
-    assert_eq!(publishers(&h.settle(e)), vec![("u-cbm".to_string(), true)]);
-    let e = h.apply(deleting(cbm.clone()));
-    let all = h.settle(e);
-    assert!(!removes_label(&all), "fenced by the BaseModel, alive and placed here: {all:?}");
-    assert!(h.s.incarnation(&cbm.key, &cbm.uid).is_none(), "the owner's record is gone");
+    let bm_read = fenced_by_a_candidate_with_nothing_here(&mut h, &cbm, &bm);
     let bare = node(&[("zone", "a"), ("os", "linux")]);
     let e = h.input(Input::NodeObserved(bare.clone()));
     let mut all = h.settle(e);
@@ -438,34 +458,5 @@ fn a_shared_label_fenced_by_a_model_that_then_has_nothing_here_and_is_unplaced_i
     let v = h.view(&bm.key, "u-bm");
     assert_eq!((v.life, v.published), (Life::Observed, Published::Nothing), "{all:?}");
     assert!(!removes_label(&all) && publishers(&all).is_empty(), "{all:?}");
-    let label = (Arc::from(wire::label_key(&cbm.key).as_str()), Arc::from("Ready"));
-    let mut out = Vec::new();
-    for _ in 0..2 {
-        let e = h.advance(300_000);
-        let snapshot = DriftSnapshot { labels: [label.clone()].into(), ..DriftSnapshot::default() };
-        let mut e = h.input(Input::DriftObserved { id: snapshot_request(&e), snapshot });
-        for (id, kind) in lists(&e) {
-            let listed = if kind == Kind::BaseModel { vec![bm.clone().into()] } else { vec![] };
-            e.extend(h.input(Input::LiveList { id, result: ListResult::Listed(listed) }));
-        }
-        // The placement exit's two witnesses: the model alive, the Node not placing it.
-        for _ in 0..2 {
-            if let Some(id) = gets(&e).first().map(|g| g.0) {
-                e.extend(h.input(Input::LiveRead { id, result: ReadResult::Found(bm.clone().into()) }));
-            }
-            if let Some(w) = e.iter().find(|e| e.op == Op::LiveGetNode).map(|e| e.id) {
-                e.extend(h.input(Input::NodeRead { id: w, result: NodeReadResult::Found(bare.clone()) }));
-            }
-        }
-        out.extend(h.settle(e));
-        if removes_label(&out) {
-            break;
-        }
-    }
-    assert!(
-        out.iter().any(|e| matches!(&e.op, Op::Unpublish { uid, remove_label: true, .. } if uid.as_str() == "u-bm")),
-        "the shared label stuck: {out:?}"
-    );
-    assert!(publishers(&out).is_empty(), "{out:?}");
-    assert_eq!(h.view(&bm.key, "u-bm").life, Life::Withdrawn);
+    drift_passes_showing_the_label(&mut h, &cbm, &bm, Some(&bare));
 }
