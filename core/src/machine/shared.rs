@@ -34,6 +34,8 @@ pub struct Member {
     pub alive: bool,
     /// A download of it into the directory is in flight.
     pub downloading: bool,
+    /// Its files are there: its download from `source` into the directory completed in this run.
+    pub holds: bool,
     /// Leaving, with an effect in flight: it may be moving the directory to the trash.
     pub trashing: bool,
     /// Its symlink to the directory (absolute), for the artifact's `childrenPaths`.
@@ -65,6 +67,9 @@ pub struct DirView {
     pub trashing: bool,
     /// For a shared copy's Ready entry: the owner's ConfigMap key and the children's links.
     pub artifact: Option<ArtifactView>,
+    /// Another live member holds its files there from another source (not in a shared copy,
+    /// whose path names its source): this one must not download over them.
+    pub other_source_holder: Option<(ModelKey, Arc<str>)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -176,6 +181,7 @@ pub struct MemberDraft<'a> {
     source: Option<Cow<'a, Arc<str>>>,
     alive: bool,
     downloading: bool,
+    holds: bool,
     trashing: bool,
     /// Its symlink to `dir`, beneath the root.
     link_at: Option<&'a str>,
@@ -226,8 +232,12 @@ pub fn member_draft<'a>(
         }
     };
     let downloading = running.is_some_and(|(_, d)| d == dir);
+    let holds = match (&inc.fetched, source.as_deref()) {
+        (Fetched::Done(done), Some(source)) => done.plan.fetch_into() == Some((source, &*dir)),
+        _ => false,
+    };
     let link_at = inc.link().filter(|(_, to)| *to == *dir).map(|(at, _)| at.as_str());
-    Some(MemberDraft { dir, source, alive: !inc.is_confirmed(), downloading, trashing, link_at })
+    Some(MemberDraft { dir, source, alive: !inc.is_confirmed(), downloading, holds, trashing, link_at })
 }
 
 impl MemberDraft<'_> {
@@ -235,8 +245,9 @@ impl MemberDraft<'_> {
     pub fn made(self, key: &ModelKey, uid: &Uid, models_root: &str) -> (Arc<str>, Member) {
         let link_abs = self.link_at.map(|at| format!("{}/{at}", models_root.trim_end_matches('/')).into_boxed_str());
         let source = self.source.map(Cow::into_owned);
-        let (alive, downloading, trashing) = (self.alive, self.downloading, self.trashing);
-        let member = Member { key: key.clone(), uid: uid.clone(), source, alive, downloading, trashing, link_abs };
+        let (alive, downloading, holds, trashing) = (self.alive, self.downloading, self.holds, self.trashing);
+        let member =
+            Member { key: key.clone(), uid: uid.clone(), source, alive, downloading, holds, trashing, link_abs };
         (Arc::from(&*self.dir), member)
     }
 
@@ -267,7 +278,8 @@ impl MemberDraft<'_> {
             && m.key == *key
             && m.uid == *uid
             && m.source.as_deref() == self.source_str()
-            && (m.alive, m.downloading, m.trashing) == (self.alive, self.downloading, self.trashing)
+            && (m.alive, m.downloading, m.holds, m.trashing)
+                == (self.alive, self.downloading, self.holds, self.trashing)
             && link_same
     }
 }
@@ -299,12 +311,14 @@ fn dir_view(dirs: &Map<Arc<str>, Arc<DirUse>>, trashing: &Set<Arc<str>>, dir: &s
     // bring back an older uid after the newer one downloaded there).
     let shares = |m: &&Member| same(m) || (me.source.is_none() && m.source.is_some());
     let sharer = |m: &&Member| m.alive && (m.key != *me.key || using.marked.contains(&m.uid)) && shares(m);
+    let other_holder = |m: &&Member| !copy && m.alive && m.holds && m.source.is_some() && !same(m);
     DirView {
         busy: others().any(|m| m.downloading),
         shared: others().any(|m| sharer(&m)),
         co_owners,
         trashing: trashing.contains(dir) || others().any(|m| m.trashing),
         artifact: copy_parts(dir).map(|_| artifact_view(using, me)),
+        other_source_holder: others().find(other_holder).map(|m| (m.key.clone(), m.source.clone().expect("checked"))),
     }
 }
 

@@ -473,6 +473,14 @@ fn fetch_op(key: &ModelKey, inc: &Incarnation, plan: &Plan, ctx: &Context) -> Op
     if ctx.dir.as_ref().is_some_and(|d| d.busy || d.trashing) && plan.fetch_into().is_some() {
         return None;
     }
+    // Never over another live model's files of another source (its storage URI changed, say,
+    // while it shared the path): Failed until that model no longer uses the directory.
+    if let (Some((holder, source)), Some((_, dir))) =
+        (ctx.dir.as_ref().and_then(|d| d.other_source_holder.as_ref()), plan.fetch_into())
+    {
+        let reason = format!("{dir} (beneath the models root) holds {holder}'s files from {source}, another source");
+        return publish_op(key, inc, ModelStatus::Failed, Some(&reason), ctx);
+    }
     let parse_metadata = !inc.obj.spec.as_ref().is_ok_and(|s| s.skip_config_parsing);
     let co_owners = ctx.dir.as_ref().map(|d| d.co_owners.clone()).unwrap_or_default();
     let (key, uid) = (key.clone(), inc.uid().clone());

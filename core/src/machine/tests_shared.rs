@@ -803,3 +803,39 @@ fn a_name_re_created_with_its_own_download_at_its_path_waits_for_the_old_link_to
     assert!(seen.unlinks.is_empty(), "no removal after SIGTERM");
     assert!(!seen.downloads.iter().any(|(uid, dest, _)| uid == "c2" && dest == "qwen"), "{:?}", seen.downloads);
 }
+
+#[test]
+fn a_co_owner_whose_source_changed_never_downloads_over_the_other_s_files() {
+    // Two models share a path with one source; one's storage URI changes. Its download would
+    // be accepted (the marker names it) and write another source's files under the other,
+    // still Ready: it is Failed instead, until the other no longer uses the path.
+    let mut h = H::new();
+    let a = obj(&ModelKey::cluster("prefill"), "p1", "hf://org/repo", Some("/mnt/models/shared"));
+    let b = obj(&ModelKey::cluster("decode"), "d1", "hf://org/repo", Some("/mnt/models/shared"));
+    let marked = ["p1", "d1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u) });
+    let e = h.start(true, vec![a.clone(), b.clone()]);
+    let mut seen = Seen::default();
+    run(&mut h, e, &mut seen, &marked, &[a.clone(), b.clone()]);
+    let before = seen.downloads.len();
+    let moved = obj(&ModelKey::cluster("decode"), "d1", "hf://org/other", Some("/mnt/models/shared"));
+    let e = h.apply(moved.clone());
+    run(&mut h, e, &mut seen, &marked, &[a.clone(), moved.clone()]);
+    assert_eq!(seen.downloads.len(), before, "nothing fetched over prefill's files: {:?}", seen.downloads);
+    let ready = Published::Status { status: ModelStatus::Ready, reason: None };
+    assert_eq!(h.view(&a.key, "p1").published, ready);
+    match h.view(&moved.key, "d1").published {
+        Published::Status { status: ModelStatus::Failed, reason: Some(reason) } => {
+            assert!(reason.contains("ClusterBaseModel/prefill") && reason.contains("hf://org/repo"), "{reason}")
+        }
+        other => panic!("decode should be Failed with a reason: {other:?}"),
+    }
+    // Once prefill leaves (and its files with it), decode downloads its own source there.
+    let e = delete(&mut h, &a);
+    run(&mut h, e, &mut seen, &marked, std::slice::from_ref(&moved));
+    assert_eq!(seen.trashed, vec!["shared".to_string()]);
+    assert_eq!(
+        seen.downloads[before..].iter().map(|d| (d.0.as_str(), d.1.as_str())).collect::<Vec<_>>(),
+        vec![("d1", "shared")]
+    );
+    assert_eq!(h.view(&moved.key, "d1").published, ready);
+}
