@@ -311,14 +311,17 @@ fn dir_view(dirs: &Map<Arc<str>, Arc<DirUse>>, trashing: &Set<Arc<str>>, dir: &s
     // bring back an older uid after the newer one downloaded there).
     let shares = |m: &&Member| same(m) || (me.source.is_none() && m.source.is_some());
     let sharer = |m: &&Member| m.alive && (m.key != *me.key || using.marked.contains(&m.uid)) && shares(m);
-    let other_holder = |m: &&Member| !copy && m.alive && m.holds && m.source.is_some() && !same(m);
+    let other_holder = |m: &Member| match &m.source {
+        Some(source) if !copy && m.alive && m.holds && !same(&m) => Some((m.key.clone(), Arc::clone(source))),
+        _ => None,
+    };
     DirView {
         busy: others().any(|m| m.downloading),
         shared: others().any(|m| sharer(&m)),
         co_owners,
         trashing: trashing.contains(dir) || others().any(|m| m.trashing),
         artifact: copy_parts(dir).map(|_| artifact_view(using, me)),
-        other_source_holder: others().find(other_holder).map(|m| (m.key.clone(), m.source.clone().expect("checked"))),
+        other_source_holder: others().find_map(other_holder),
     }
 }
 

@@ -464,6 +464,16 @@ fn withdraw_op(key: &ModelKey, inc: &Incarnation, ctx: &Context, now: Instant) -
 
 /// Fetching: `Updating` first (unless `skips_updating`), then the check or the download.
 fn fetch_op(key: &ModelKey, inc: &Incarnation, plan: &Plan, ctx: &Context) -> Option<(Op, IncOp)> {
+    // Never over another live model's files of another source (its storage URI changed, say,
+    // while it shared the path): Failed, with no Updating before it, until that model no longer
+    // holds them there.
+    if let (Some((holder, source)), Some((uri, _))) =
+        (ctx.dir.as_ref().and_then(|d| d.other_source_holder.as_ref()), plan.fetch_into())
+    {
+        let path = inc.dest.as_ref().ok().and_then(Option::as_ref).map_or("its path", |d| d.absolute());
+        let reason = format!("{path} holds {holder}'s files from {source}; {uri} is downloaded there once it does not");
+        return publish_op(key, inc, ModelStatus::Failed, Some(&reason), ctx);
+    }
     let settled =
         matches!(inc.published, Published::Status { status: ModelStatus::Updating | ModelStatus::Failed, .. });
     if !settled && !skips_updating(key, inc, plan, ctx) {
@@ -472,14 +482,6 @@ fn fetch_op(key: &ModelKey, inc: &Incarnation, plan: &Plan, ctx: &Context) -> Op
     // One download into a directory at a time, and none into one being trashed.
     if ctx.dir.as_ref().is_some_and(|d| d.busy || d.trashing) && plan.fetch_into().is_some() {
         return None;
-    }
-    // Never over another live model's files of another source (its storage URI changed, say,
-    // while it shared the path): Failed until that model no longer uses the directory.
-    if let (Some((holder, source)), Some((_, dir))) =
-        (ctx.dir.as_ref().and_then(|d| d.other_source_holder.as_ref()), plan.fetch_into())
-    {
-        let reason = format!("{dir} (beneath the models root) holds {holder}'s files from {source}, another source");
-        return publish_op(key, inc, ModelStatus::Failed, Some(&reason), ctx);
     }
     let parse_metadata = !inc.obj.spec.as_ref().is_ok_and(|s| s.skip_config_parsing);
     let co_owners = ctx.dir.as_ref().map(|d| d.co_owners.clone()).unwrap_or_default();

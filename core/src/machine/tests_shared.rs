@@ -819,13 +819,22 @@ fn a_co_owner_whose_source_changed_never_downloads_over_the_other_s_files() {
     let before = seen.downloads.len();
     let moved = obj(&ModelKey::cluster("decode"), "d1", "hf://org/other", Some("/mnt/models/shared"));
     let e = h.apply(moved.clone());
+    let statuses: Vec<ModelStatus> = e
+        .iter()
+        .filter_map(|e| match &e.op {
+            Op::Publish { uid, label: Some(status), .. } if uid.as_str() == "d1" => Some(*status),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(statuses, vec![ModelStatus::Failed], "no Updating before it: {e:?}");
     run(&mut h, e, &mut seen, &marked, &[a.clone(), moved.clone()]);
     assert_eq!(seen.downloads.len(), before, "nothing fetched over prefill's files: {:?}", seen.downloads);
     let ready = Published::Status { status: ModelStatus::Ready, reason: None };
     assert_eq!(h.view(&a.key, "p1").published, ready);
     match h.view(&moved.key, "d1").published {
         Published::Status { status: ModelStatus::Failed, reason: Some(reason) } => {
-            assert!(reason.contains("ClusterBaseModel/prefill") && reason.contains("hf://org/repo"), "{reason}")
+            let named = ["/mnt/models/shared", "ClusterBaseModel/prefill", "hf://org/repo", "hf://org/other"];
+            assert!(named.iter().all(|n| reason.contains(n)), "{reason}")
         }
         other => panic!("decode should be Failed with a reason: {other:?}"),
     }
