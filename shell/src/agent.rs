@@ -350,9 +350,8 @@ fn queue_write(ctx: &Ctx, write: Write) {
     }
 }
 
-/// The API part and the disk part of a drift snapshot; none when either fails (the next period
-/// asks again).
-/// The drift snapshot, or why it failed (logged with the core's note of when it asks again).
+/// The API part and the disk part of a drift snapshot, or why either failed (logged with the
+/// core's note of when it asks again).
 async fn snapshot(c: &Ctx) -> Result<model_agent_core::machine::DriftSnapshot, String> {
     let mut snapshot = match kubeio::snapshot_api(&c.client, &c.node, &c.namespace).await {
         Ok(s) => s,

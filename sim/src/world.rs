@@ -906,10 +906,9 @@ impl World {
         Some(done(id))
     }
 
-    /// The API part and the disk part; none while the API server is down (the core asks again).
+    /// The API part and the disk part; `Failed` while the API server is down, as the shell answers.
     fn exec_snapshot(&mut self, node: usize, id: model_agent_core::machine::EffectId) -> Option<Input> {
         if self.api.down {
-            // As the shell does: the snapshot's API reads failed.
             return Some(Input::EffectDone { id, outcome: fail("drift snapshot: 503 Service Unavailable") });
         }
         let mut snapshot: DriftSnapshot = self.api.snapshot(node);

@@ -10,13 +10,11 @@ impl State {
         self.slot_invariants()?;
         self.inflight_invariants()?;
         self.window_invariants()?;
+        // Exactly one retry timer while a retry is kept, at its instant; none once a snapshot came.
         let retry_timers = self.timers.iter().filter(|(_, k)| *k == TimerKey::SnapshotRetry).count();
-        let retry_timer_kept =
-            self.snapshot_retry.is_some_and(|at| self.timers.contains(&(at, TimerKey::SnapshotRetry)));
-        if (retry_timers, retry_timer_kept)
-            != (usize::from(self.snapshot_retry.is_some()), self.snapshot_retry.is_some())
-            || (self.snapshot_seen && self.snapshot_retry.is_some())
-        {
+        let at_its_instant = self.snapshot_retry.is_none_or(|at| self.timers.contains(&(at, TimerKey::SnapshotRetry)));
+        let expected = usize::from(self.snapshot_retry.is_some());
+        if retry_timers != expected || !at_its_instant || (self.snapshot_seen && expected == 1) {
             return Err(format!(
                 "the first snapshot's retry {:?} disagrees with its {retry_timers} timers, or outlived it",
                 self.snapshot_retry

@@ -466,12 +466,14 @@ fn withdraw_op(key: &ModelKey, inc: &Incarnation, ctx: &Context, now: Instant) -
 fn fetch_op(key: &ModelKey, inc: &Incarnation, plan: &Plan, ctx: &Context) -> Option<(Op, IncOp)> {
     // Never over another live model's files of another source (its storage URI changed, say,
     // while it shared the path): Failed, with no Updating before it, until that model no longer
-    // holds them there.
-    if let (Some((holder, source)), Some((uri, _))) =
-        (ctx.dir.as_ref().and_then(|d| d.other_source_holder.as_ref()), plan.fetch_into())
+    // holds them there. (A shared copy's path names its source: it has no such holder.)
+    if let (Some((holder, source)), Plan::Download { storage_uri, dest }) =
+        (ctx.dir.as_ref().and_then(|d| d.other_source_holder.as_ref()), plan)
     {
-        let path = inc.dest.as_ref().ok().and_then(Option::as_ref).map_or("its path", |d| d.absolute());
-        let reason = format!("{path} holds {holder}'s files from {source}; {uri} is downloaded there once it does not");
+        let reason = format!(
+            "{} holds {holder}'s files from {source}; {storage_uri} is downloaded there once it does not",
+            dest.absolute()
+        );
         return publish_op(key, inc, ModelStatus::Failed, Some(&reason), ctx);
     }
     let settled =
