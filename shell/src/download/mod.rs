@@ -163,6 +163,13 @@ pub enum DownloadError {
         uid: String,
         path: String,
     },
+    /// Before the core has read every marker on the node, the directory's marker names a model
+    /// it does not know of, over files of another source: nothing was written.
+    HeldFromOtherSource {
+        uid: String,
+        path: String,
+        source: String,
+    },
     /// The models root's filesystem is read-only.
     ReadOnly,
     Disk(String),
@@ -225,6 +232,11 @@ impl fmt::Display for DownloadError {
             DownloadError::OwnedByOther { uid, path } => {
                 write!(f, "{path} belongs to another model (uid {uid} in its ownership marker): left alone")
             }
+            DownloadError::HeldFromOtherSource { uid, path, source } => write!(
+                f,
+                "{path} holds {source}'s files, and its ownership marker names uid {uid}, which this agent has \
+                 not yet matched to a model: left alone until it has read every marker on the node"
+            ),
             DownloadError::ReadOnly => write!(f, "the models root is on a read-only filesystem"),
             DownloadError::Disk(reason) => write!(f, "disk: {reason}"),
             DownloadError::NotStarted(reason) => write!(f, "{reason}"),

@@ -102,6 +102,10 @@ fn owned_manifest(dest: &Dest, job: &Job) -> Result<Option<Option<Manifest>>, Do
     if !marker.names(&job.uid) && !job.co_owners.iter().any(|u| marker.names(u)) {
         return Err(DownloadError::OwnedByOther { uid: marker.uid, path: dest.rel.clone() });
     }
+    let manifest = dest.read_manifest();
+    if let Some(held) = held_from_other_source(&marker, manifest.as_ref(), job) {
+        return Err(held);
+    }
     let mut co_owners = job.co_owners.clone();
     if job.keep_marked {
         co_owners.extend(marker.uids().map(str::to_string));
@@ -114,7 +118,21 @@ fn owned_manifest(dest: &Dest, job: &Job) -> Result<Option<Option<Manifest>>, Do
     if named != wanted {
         dest.write_marker(&owners)?;
     }
-    Ok(Some(dest.read_manifest()))
+    Ok(Some(manifest))
+}
+
+/// Before the core's first snapshot (`keep_marked`) it may not know every model yet (a kind not
+/// listed, a model not registered): a marker naming a uid it did not give, over files of another
+/// source, may be a live model's that this one's new source would overwrite. Refused until the
+/// core knows; after the snapshot its own rule decides (a live holder of another source).
+fn held_from_other_source(marker: &Marker, manifest: Option<&Manifest>, job: &Job) -> Option<DownloadError> {
+    let manifest = manifest.filter(|m| job.keep_marked && m.repo_id != job.repo_id)?;
+    let unknown = marker.uids().find(|u| *u != job.uid && !job.co_owners.iter().any(|c| c == u))?;
+    Some(DownloadError::HeldFromOtherSource {
+        uid: unknown.to_string(),
+        path: job.dest_rel.clone(),
+        source: manifest.repo_id.clone(),
+    })
 }
 
 /// Resolve once, then the tree of that commit, each request retried as `Retry` says.

@@ -357,6 +357,46 @@ async fn a_re_check_before_the_first_snapshot_keeps_the_uids_the_marker_named() 
     assert_eq!(marker_uids(&root), vec![UID], "once the core knows, exactly its owners");
 }
 
+/// A model whose source changed while the agent was down, in a directory it shared with another:
+/// before the core's first snapshot, a marker naming a uid the core did not give, over files of
+/// another source, is left alone (the other may be live and not yet known); once the core knows
+/// (its co-owners, or after the snapshot) the download goes ahead.
+#[tokio::test]
+async fn before_the_first_snapshot_files_of_another_source_that_an_unknown_uid_holds_are_not_overwritten() {
+    const OTHER: &str = "org/other";
+    let other = RepoFixture::new(OTHER).commit("d1", commit_files("other")).branch("main", "d1");
+    let repo = RepoFixture::new(REPO).commit("c2", commit_files("two")).branch("main", "c2");
+    let hub = FakeHub::start_with(Fixtures::new().repo(repo).repo(other), Config::default()).unwrap();
+    let root = Root::new("other-source");
+    let held = Job { uid: "uid-held".into(), co_owners: vec![UID.into()], ..job(&root, "main") };
+    let commit = finished(run(held, &opts(&hub)).await.0).commit;
+    let asked = hub.requests().len();
+    let moved = Job { repo_id: OTHER.into(), keep_marked: true, ..job(&root, "main") };
+    let ended = run(moved.clone(), &opts(&hub)).await.0;
+    let error = ended.result.unwrap_err();
+    let expected =
+        DownloadError::HeldFromOtherSource { uid: "uid-held".into(), path: "models/m".into(), source: REPO.into() };
+    assert_eq!(error, expected);
+    assert!(error.reason().contains("uid-held") && error.reason().contains(REPO), "{}", error.reason());
+    assert!(!ended.marked);
+    assert_eq!(hub.requests().len(), asked, "the Hub is not even asked");
+    assert_all_files(&hub, &root.dest(), &commit);
+    assert_eq!(marker_uids(&root), vec![UID, "uid-held"], "the marker is not rewritten");
+    // Both moved to the new source: the core gives the other as a co-owner.
+    let both = Job { co_owners: vec!["uid-held".into()], ..moved.clone() };
+    finished(run(both, &opts(&hub)).await.0);
+    assert_eq!(marker_uids(&root), vec![UID, "uid-held"]);
+    let config = || std::fs::read_to_string(root.dest().join("config.json")).unwrap();
+    assert_eq!(config(), r#"{"v":"other"}"#);
+    // Once the core knows (after its snapshot), any marker: the core's own rule has decided.
+    let known = Job { repo_id: REPO.into(), keep_marked: false, ..moved.clone() };
+    finished(run(known, &opts(&hub)).await.0);
+    assert_eq!((marker_uids(&root), config()), (vec![UID.to_string()], r#"{"v":"two"}"#.to_string()));
+    // A marker naming only this uid: its own files to replace, snapshot or not.
+    finished(run(moved, &opts(&hub)).await.0);
+    assert_eq!(config(), r#"{"v":"other"}"#);
+}
+
 /// `Op::Resolve` when the Hub cannot answer: the copy a model's symlink points at stands in
 /// only while it is complete.
 #[tokio::test]
