@@ -10,6 +10,8 @@ use model_agent_fakehub::{CommitFixture, FakeHub, Fault, Fixtures, RepoFixture, 
 use super::{Agent, apply, entries, kubectl, label_key, labels, node, scratch, var, wait_until};
 
 pub(super) const REPO: &str = "org/e2e";
+/// Another repository, with other bytes at the same paths (t33).
+pub(super) const OTHER_REPO: &str = "org/e2e-other";
 pub(super) const BIG: &str = "weights/model-00001.safetensors";
 pub(super) const BIG_BYTES: u64 = 4 << 20;
 const SMALL_LFS: &str = "tokenizer.model";
@@ -22,8 +24,12 @@ pub(super) fn hub() -> FakeHub {
         .generated_lfs(SMALL_LFS, 1 << 20, 3)
         .generated_lfs(BIG, BIG_BYTES, 5);
     let repo = |id: &str| RepoFixture::new(id).commit("c1", commit.clone()).branch("main", "c1");
+    let other = CommitFixture::new()
+        .file("config.json", r#"{"model_type":"mistral","architectures":["MistralForCausalLM"]}"#)
+        .generated_lfs(BIG, BIG_BYTES, 9);
     let fixtures = Fixtures::new()
         .repo(repo(REPO))
+        .repo(RepoFixture::new(OTHER_REPO).commit("c1", other).branch("main", "c1"))
         .repo(repo("org/private").private(TOKEN))
         .repo(repo("org/gated").gated(&[TOKEN]));
     FakeHub::start(fixtures).expect("the fake Hub")

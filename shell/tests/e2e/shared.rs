@@ -6,13 +6,17 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::hf::{BIG, BIG_BYTES, REPO, agent, assert_files_match, hub, repo_bytes, trash_entries};
+use super::hf::{BIG, BIG_BYTES, OTHER_REPO, REPO, agent, assert_files_match, hub, repo_bytes, trash_entries};
 use super::{apply, apply_changed_crds, entries, kubectl, labels, node, scratch, wait_until};
 
 /// A model of `hf://REPO` at `path`, placed on `n`: `kind_meta` is the kind and metadata lines.
 fn model_yaml(kind_meta: &str, n: &str, path: &Path, policy: &str) -> String {
+    model_of(REPO, kind_meta, n, path, policy)
+}
+
+fn model_of(repo: &str, kind_meta: &str, n: &str, path: &Path, policy: &str) -> String {
     format!(
-        "apiVersion: ome.io/v1beta1\n{kind_meta}\nspec:\n  storage: {{storageUri: \"hf://{REPO}\", path: \"{}\", downloadPolicy: {policy}, nodeSelector: {{e2e: {n}}}}}\n",
+        "apiVersion: ome.io/v1beta1\n{kind_meta}\nspec:\n  storage: {{storageUri: \"hf://{repo}\", path: \"{}\", downloadPolicy: {policy}, nodeSelector: {{e2e: {n}}}}}\n",
         path.display()
     )
 }
@@ -215,5 +219,51 @@ fn t24_a_policy_switch_and_two_models_on_one_path() {
         !same.exists() && trash_entries(&root) == trashed + 1
     });
     kubectl(&["delete", "clusterbasemodel", "e2e-share-d"]);
+    agent.stop();
+}
+
+/// Two models on one path and one source; while the agent is down, the one whose key sorts first
+/// is moved to another repository. On restart its download would come before the other's check
+/// (so nothing in this run has shown the other's files there yet) and replace the files under a
+/// Ready model: the shell refuses it before the first snapshot, the core after. It is Failed,
+/// the other stays Ready with its files; once the other is deleted, it downloads its own.
+#[test]
+#[ignore = "needs a real kube-apiserver: run by scripts/e2e"]
+fn t33_a_co_owner_moved_to_another_repo_while_the_agent_was_down_leaves_the_other_s_files() {
+    super::setup();
+    let n = "e2e-share3";
+    node(n);
+    let hub = hub();
+    let root = scratch("e2e-share3-root");
+    let same = root.join("same");
+    let moved =
+        |repo: &str| model_of(repo, "kind: ClusterBaseModel\nmetadata: {name: e2e-move-a}", n, &same, "AlwaysDownload");
+    let (a_label, b_label) = ("models.ome.io/clusterbasemodel.e2e-move-a", "models.ome.io/clusterbasemodel.e2e-move-b");
+    let agent = agent(&hub, n, &root);
+    apply(&moved(REPO));
+    apply(&cluster_model("e2e-move-b", n, &same, "AlwaysDownload"));
+    wait_until("both on one path Ready", Duration::from_secs(60), || ready(n, a_label) && ready(n, b_label));
+    let mut both =
+        vec![super::uid_of(&["clusterbasemodel", "e2e-move-a"]), super::uid_of(&["clusterbasemodel", "e2e-move-b"])];
+    both.sort();
+    wait_until("the marker names both", Duration::from_secs(10), || marker_uids(&same) == both);
+    agent.stop();
+
+    apply(&moved(OTHER_REPO));
+    let agent = super::hf::agent(&hub, n, &root);
+    let failed = |label: &str| labels(n).get(label).is_some_and(|v| v == "Failed");
+    wait_until("the moved model Failed", Duration::from_secs(60), || failed(a_label));
+    // Past its first retry (the backoff starts at a second) and the first snapshot.
+    std::thread::sleep(Duration::from_secs(8));
+    assert!(failed(a_label) && ready(n, b_label), "{:?}", labels(n));
+    assert_files_match(&hub, REPO, &same);
+    let b_uid = super::uid_of(&["clusterbasemodel", "e2e-move-b"]);
+    // The other's re-check after the first snapshot rewrites the marker to its owners: it alone.
+    assert!(marker_uids(&same).contains(&b_uid), "{:?}", marker_uids(&same));
+    kubectl(&["delete", "clusterbasemodel", "e2e-move-b"]);
+    wait_until("the moved model Ready with its own files", Duration::from_secs(60), || ready(n, a_label));
+    assert_files_match(&hub, OTHER_REPO, &same);
+    kubectl(&["delete", "clusterbasemodel", "e2e-move-a"]);
+    wait_until("the path trashed", Duration::from_secs(30), || !same.exists());
     agent.stop();
 }
