@@ -281,10 +281,10 @@ fn dispatch(ctx: &Ctx, Effect { id, op }: Effect) {
         Op::VerifyLocal { key, path, parse_metadata, .. } => {
             spawn(ctx, async move |c: Ctx| Some(verify_local(&c, id, &key, &path, parse_metadata).await))
         }
-        Op::Download { key, uid, storage_uri, dest, parse_metadata, co_owners, keep_marked } => {
+        Op::Download { key, uid, storage_uri, dest, parse_metadata, co_owners, keep_marked, other_source } => {
             let cancel = ctx.downloads.register(id);
-            let request =
-                downloads::Request { id, key, uid, storage_uri, dest, parse_metadata, co_owners, keep_marked };
+            let owners = downloads::Owners { co_owners, keep_marked, other_source };
+            let request = downloads::Request { id, key, uid, storage_uri, dest, parse_metadata, owners };
             spawn(ctx, async move |c: Ctx| downloads::execute(c, request, cancel).await)
         }
         Op::CancelDownload { download } => ctx.downloads.cancel(download),

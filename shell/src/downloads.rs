@@ -85,10 +85,17 @@ pub struct Request {
     pub dest: DestPath,
     /// Read the downloaded config files for the Ready entry's metadata.
     pub parse_metadata: bool,
+    pub owners: Owners,
+}
+
+/// Who else the directory's marker may name, as the core sees it (`Op::Download`).
+pub struct Owners {
     /// Other uids sharing `dest`: a marker naming any of them is accepted, and then names all.
     pub co_owners: Vec<Uid>,
     /// Keep the uids an accepted marker names besides these (`Op::Download::keep_marked`).
     pub keep_marked: bool,
+    /// Live models of another source using `dest` (`Op::Download::other_source`).
+    pub other_source: Vec<Uid>,
 }
 
 /// Runs in the loop's task for the effect (counted in flight).
@@ -132,8 +139,9 @@ async fn run(c: &Ctx, request: &Request, cancel: watch::Receiver<bool>) -> Ended
         dest_rel,
         uid: request.uid.as_str().to_string(),
         key: request.key.to_string(),
-        co_owners: request.co_owners.iter().map(|u| u.as_str().to_string()).collect(),
-        keep_marked: request.keep_marked,
+        co_owners: request.owners.co_owners.iter().map(|u| u.as_str().to_string()).collect(),
+        keep_marked: request.owners.keep_marked,
+        other_source: request.owners.other_source.iter().map(|u| u.as_str().to_string()).collect(),
         repo_id,
         revision,
         token,

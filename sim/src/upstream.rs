@@ -123,6 +123,7 @@ impl Upstream {
             (Provisioning::Download, Some(d)) => Some(Op::Download {
                 co_owners: Vec::new(),
                 keep_marked: false,
+                other_source: Vec::new(),
                 key: obj.key.clone(),
                 uid: obj.uid.clone(),
                 storage_uri: spec.storage_uri.to_string(),

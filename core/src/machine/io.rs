@@ -404,6 +404,11 @@ pub enum Op {
         /// them (a model whose keys another holds may own the directory and not be known to).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         keep_marked: bool,
+        /// Live models of another source using `dest`: where the marker names one of them and
+        /// the directory's files are not of this download's source, it is refused (those files
+        /// may be that model's, before anything in this run has shown them there).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        other_source: Vec<Uid>,
     },
     /// Resolve an `hf://` revision to its commit (`Outcome::Resolved`). When the source cannot
     /// answer, the shell may answer with the commit of the copy the symlink at `link` (beneath

@@ -70,6 +70,10 @@ pub struct DirView {
     /// Another live member holds its files there from another source (not in a shared copy,
     /// whose path names its source): this one must not download over them.
     pub other_source_holder: Option<(ModelKey, Arc<str>)>,
+    /// Live members of another source (or of none known), whether or not their files count as
+    /// there in this run: a download may not replace files of another source its marker names
+    /// one of them for (`Op::Download::other_source`, checked by the shell against the manifest).
+    pub other_source: Vec<Uid>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -322,6 +326,7 @@ fn dir_view(dirs: &Map<Arc<str>, Arc<DirUse>>, trashing: &Set<Arc<str>>, dir: &s
         trashing: trashing.contains(dir) || others().any(|m| m.trashing),
         artifact: copy_parts(dir).map(|_| artifact_view(using, me)),
         other_source_holder: others().find_map(other_holder),
+        other_source: others().filter(|m| m.alive && other_source.contains(&&m.uid)).map(|m| m.uid.clone()).collect(),
     }
 }
 

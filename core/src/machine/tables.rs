@@ -487,6 +487,7 @@ fn fetch_op(key: &ModelKey, inc: &Incarnation, plan: &Plan, ctx: &Context) -> Op
     }
     let parse_metadata = !inc.obj.spec.as_ref().is_ok_and(|s| s.skip_config_parsing);
     let co_owners = ctx.dir.as_ref().map(|d| d.co_owners.clone()).unwrap_or_default();
+    let other_source = ctx.dir.as_ref().map(|d| d.other_source.clone()).unwrap_or_default();
     let (key, uid) = (key.clone(), inc.uid().clone());
     let op = match plan {
         Plan::Verify { path } => Op::VerifyLocal { key, uid, path: path.to_string(), parse_metadata },
@@ -498,6 +499,7 @@ fn fetch_op(key: &ModelKey, inc: &Incarnation, plan: &Plan, ctx: &Context) -> Op
             parse_metadata,
             co_owners,
             keep_marked: !ctx.markers_known,
+            other_source,
         },
         Plan::Resolve { storage_uri } => {
             let link = match &inc.dest {

@@ -848,3 +848,77 @@ fn a_co_owner_whose_source_changed_never_downloads_over_the_other_s_files() {
     );
     assert_eq!(h.view(&moved.key, "d1").published, ready);
 }
+
+#[test]
+fn a_download_sent_after_the_first_snapshot_names_the_live_models_of_another_source_there() {
+    // After a restart: prefill (p1) and decode (d1) shared `shared` with hf://org/repo, both
+    // Ready; decode's URI changed to hf://org/other while the agent was down. Here the first
+    // snapshot answers before the Node view arrives (downloads wait for it, the snapshot not),
+    // so the first download goes out with `keep_marked` off (review of fc24fda).
+    let mut h = H::new();
+    let a = obj(&ModelKey::cluster("prefill"), "p1", "hf://org/repo", Some("/mnt/models/shared"));
+    let moved = obj(&ModelKey::cluster("decode"), "d1", "hf://org/other", Some("/mnt/models/shared"));
+    let mut out = Vec::new();
+    for kind in Kind::ALL {
+        out.extend(h.watch(kind, WatchEvent::RelistStarted));
+        for o in [&a, &moved].into_iter().filter(|o| o.key.kind == kind) {
+            out.extend(h.watch(kind, WatchEvent::RelistItem(o.clone().into())));
+        }
+        out.extend(h.watch(kind, WatchEvent::RelistDone));
+    }
+    let marked: Vec<OwnedDir> = ["p1", "d1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u) }).to_vec();
+    let mut later = Vec::new();
+    let label_keys = [a.key.clone(), moved.key.clone()].map(|k| wire::label_key(&k));
+    let ready: BTreeMap<Arc<str>, Arc<str>> =
+        label_keys.iter().map(|k| (Arc::from(k.as_str()), Arc::from("Ready"))).collect();
+    for e in &out {
+        match &e.op {
+            Op::Snapshot => later.extend(h.input(Input::DriftObserved {
+                id: e.id,
+                snapshot: DriftSnapshot {
+                    owned_dirs: marked.clone(),
+                    labels: ready.clone(),
+                    ..DriftSnapshot::default()
+                },
+            })),
+            Op::ProbeRoot => later.extend(h.input(Input::RootProbed { id: e.id, probe: RootProbe::healthy(true) })),
+            _ => {}
+        }
+    }
+    assert!(!out.iter().chain(&later).any(|e| matches!(e.op, Op::Download { .. })), "no Node view yet");
+    let labels = [a.key.clone(), moved.key.clone()].map(|k| wire::label_key(&k));
+    let mut e = h.input(Input::NodeObserved(node(&[(&labels[0], "Ready"), (&labels[1], "Ready")])));
+    let mut all = Vec::new();
+    for _ in 0..20 {
+        if e.iter().any(|e| matches!(e.op, Op::Download { .. })) {
+            all.extend(e);
+            break;
+        }
+        let mut next = Vec::new();
+        for x in &e {
+            match &x.op {
+                Op::LiveGet { .. } | Op::LiveGetNode | Op::LiveList { .. } => {}
+                Op::ProbeRoot => next.extend(h.input(Input::RootProbed { id: x.id, probe: RootProbe::healthy(true) })),
+                _ => next.extend(h.input(Input::EffectDone { id: x.id, outcome: Outcome::Done })),
+            }
+        }
+        all.extend(e);
+        e = next;
+    }
+    // Nothing in this run has shown prefill's files there (its own check comes after), so the
+    // core's rule cannot hold decode back: the download names prefill, and the shell, which
+    // reads the manifest, refuses to replace files of another source for it.
+    let downloads: Vec<(String, Vec<String>, bool, Vec<String>)> = all
+        .iter()
+        .filter_map(|e| match &e.op {
+            Op::Download { uid, co_owners, keep_marked, other_source, .. } => Some((
+                uid.to_string(),
+                co_owners.iter().map(|u| u.to_string()).collect(),
+                *keep_marked,
+                other_source.iter().map(|u| u.to_string()).collect(),
+            )),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(downloads, vec![("d1".to_string(), Vec::<String>::new(), false, vec!["p1".to_string()])]);
+}

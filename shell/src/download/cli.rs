@@ -72,6 +72,7 @@ fn parse(args: Vec<String>, env: &dyn Fn(&str) -> Option<String>) -> Result<Args
         token: None,
         co_owners: Vec::new(),
         keep_marked: false,
+        other_source: Vec::new(),
         store: None,
     };
     let job = match uri.starts_with("hf://") {

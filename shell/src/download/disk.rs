@@ -30,6 +30,11 @@ const FILE_FLAGS: OFlag = OFlag::O_NOFOLLOW.union(OFlag::O_CLOEXEC);
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(super) struct Manifest {
     pub repo_id: String,
+    /// The revision the download asked for (the URI's branch, tag or commit; empty for an object
+    /// store): with `repo_id`, the source as the core compares it. Absent in manifests written
+    /// before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
     pub commit: String,
     pub files: Vec<ManifestFile>,
 }

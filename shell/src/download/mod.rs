@@ -102,6 +102,9 @@ pub struct Job {
     /// An accepted marker keeps the uids it names besides these (the core does not know them
     /// yet: before its first snapshot).
     pub keep_marked: bool,
+    /// Live models of another source using the directory: a marker naming one of them, over
+    /// files not of this job's source, is left alone.
+    pub other_source: Vec<String>,
     pub repo_id: String,
     /// Branch, tag or commit sha (`main` when the URI names none).
     pub revision: String,
@@ -163,8 +166,9 @@ pub enum DownloadError {
         uid: String,
         path: String,
     },
-    /// Before the core has read every marker on the node, the directory's marker names a model
-    /// it does not know of, over files of another source: nothing was written.
+    /// The directory's marker names a live model of another source, or, before the core has read
+    /// every marker on the node, a uid it did not give, over files not of this model's source:
+    /// nothing was written.
     HeldFromOtherSource {
         uid: String,
         path: String,
@@ -234,8 +238,8 @@ impl fmt::Display for DownloadError {
             }
             DownloadError::HeldFromOtherSource { uid, path, source } => write!(
                 f,
-                "{path} holds {source}'s files, and its ownership marker names uid {uid}, which this agent has \
-                 not yet matched to a model: left alone until it has read every marker on the node"
+                "{path} holds files of {source}, and its ownership marker names uid {uid}, a model of another \
+                 source or one not known here yet: left alone while that model may use them"
             ),
             DownloadError::ReadOnly => write!(f, "the models root is on a read-only filesystem"),
             DownloadError::Disk(reason) => write!(f, "disk: {reason}"),

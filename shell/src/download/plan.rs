@@ -121,18 +121,31 @@ fn owned_manifest(dest: &Dest, job: &Job) -> Result<Option<Option<Manifest>>, Do
     Ok(Some(manifest))
 }
 
-/// Before the core's first snapshot (`keep_marked`) it may not know every model yet (a kind not
-/// listed, a model not registered): a marker naming a uid it did not give, over files of another
-/// source, may be a live model's that this one's new source would overwrite. Refused until the
-/// core knows; after the snapshot its own rule decides (a live holder of another source).
+/// Files not of this job's source that the marker says another model may be using are left
+/// alone: the marker names a live model of another source (`other_source`: the core cannot
+/// know whether its files are there until its own check ends in this run), or, before the core's
+/// first snapshot (`keep_marked`), any uid the core did not give (a model it may not know to
+/// use the directory; a directory with no manifest then counts as another source's too). A
+/// missing manifest does not count otherwise: two models of different sources refused each
+/// other's unfinished directory forever, where one of them finishing settles it.
 fn held_from_other_source(marker: &Marker, manifest: Option<&Manifest>, job: &Job) -> Option<DownloadError> {
-    let manifest = manifest.filter(|m| job.keep_marked && m.repo_id != job.repo_id)?;
-    let unknown = marker.uids().find(|u| *u != job.uid && !job.co_owners.iter().any(|c| c == u))?;
-    Some(DownloadError::HeldFromOtherSource {
-        uid: unknown.to_string(),
-        path: job.dest_rel.clone(),
-        source: manifest.repo_id.clone(),
-    })
+    if manifest.is_some_and(|m| is_of_job(m, job)) {
+        return None;
+    }
+    let named = || marker.uids().find(|u| job.other_source.iter().any(|o| o == u)).filter(|_| manifest.is_some());
+    let unknown = || marker.uids().find(|u| *u != job.uid && !job.co_owners.iter().any(|c| c == u));
+    let uid = named().or_else(|| unknown().filter(|_| job.keep_marked))?;
+    let source = match manifest {
+        Some(m) => format!("{}@{}", m.repo_id, m.revision.as_deref().unwrap_or(&m.commit)),
+        None => "an unfinished download".to_string(),
+    };
+    Some(DownloadError::HeldFromOtherSource { uid: uid.to_string(), path: job.dest_rel.clone(), source })
+}
+
+/// The manifest is of the job's source: its repository, and its revision where it says one (one
+/// written before revisions were kept is taken by its repository, as then).
+fn is_of_job(manifest: &Manifest, job: &Job) -> bool {
+    manifest.repo_id == job.repo_id && manifest.revision.as_deref().is_none_or(|r| r == job.revision)
 }
 
 /// Resolve once, then the tree of that commit, each request retried as `Retry` says.
@@ -248,7 +261,7 @@ fn finished_in_place(manifest: &Manifest, adopted_files: u64) -> Finished {
 
 fn manifest_of(job: &Job, commit: &str, files: &[RemoteFile]) -> Manifest {
     let files = files.iter().map(|f| ManifestFile { path: f.path.clone(), size: f.size_bytes }).collect();
-    Manifest { repo_id: job.repo_id.clone(), commit: commit.to_owned(), files }
+    Manifest { repo_id: job.repo_id.clone(), revision: Some(job.revision.clone()), commit: commit.to_owned(), files }
 }
 
 /// The manifest lists exactly the tree's files and sizes.

@@ -96,6 +96,7 @@ pub(super) fn job(root: &Root, revision: &str) -> Job {
         token: None,
         co_owners: Vec::new(),
         keep_marked: false,
+        other_source: Vec::new(),
         store: None,
     }
 }
@@ -374,8 +375,8 @@ async fn before_the_first_snapshot_files_of_another_source_that_an_unknown_uid_h
     let moved = Job { repo_id: OTHER.into(), keep_marked: true, ..job(&root, "main") };
     let ended = run(moved.clone(), &opts(&hub)).await.0;
     let error = ended.result.unwrap_err();
-    let expected =
-        DownloadError::HeldFromOtherSource { uid: "uid-held".into(), path: "models/m".into(), source: REPO.into() };
+    let source = format!("{REPO}@main");
+    let expected = DownloadError::HeldFromOtherSource { uid: "uid-held".into(), path: "models/m".into(), source };
     assert_eq!(error, expected);
     assert!(error.reason().contains("uid-held") && error.reason().contains(REPO), "{}", error.reason());
     assert!(!ended.marked);
@@ -395,6 +396,44 @@ async fn before_the_first_snapshot_files_of_another_source_that_an_unknown_uid_h
     // A marker naming only this uid: its own files to replace, snapshot or not.
     finished(run(moved, &opts(&hub)).await.0);
     assert_eq!(config(), r#"{"v":"other"}"#);
+}
+
+/// A live model of another source that the core names (`other_source`) keeps the files its
+/// marker may give it, snapshot or not, whether the change was of repository or of revision
+/// only; a download of the files' own source goes ahead. Before the snapshot, a directory with
+/// no manifest (an update cut short) counts as another source's.
+#[tokio::test]
+async fn files_of_another_source_a_live_model_named_in_the_marker_may_use_are_not_overwritten() {
+    let (hub, root) = (hub(), Root::new("named-other"));
+    let held = Job { uid: "uid-held".into(), co_owners: vec![UID.into()], ..job(&root, "main") };
+    let commit = finished(run(held, &opts(&hub)).await.0).commit;
+    let moved = Job { other_source: vec!["uid-held".into()], ..job(&root, "old") };
+    let error = run(moved.clone(), &opts(&hub)).await.0.result.unwrap_err();
+    let source = format!("{REPO}@main");
+    assert_eq!(error, DownloadError::HeldFromOtherSource { uid: "uid-held".into(), path: "models/m".into(), source });
+    assert_all_files(&hub, &root.dest(), &commit);
+    // A manifest written before revisions were kept is taken by its repository.
+    let manifest_text = std::fs::read_to_string(root.dest().join(MANIFEST)).unwrap();
+    let mut manifest: serde_json::Value = serde_json::from_str(&manifest_text).unwrap();
+    assert_eq!(manifest["revision"], "main");
+    manifest.as_object_mut().unwrap().remove("revision");
+    std::fs::write(root.dest().join(MANIFEST), manifest.to_string()).unwrap();
+    let moved_repo = Job { repo_id: "org/gone".into(), ..moved.clone() };
+    let error = run(moved_repo, &opts(&hub)).await.0.result.unwrap_err();
+    assert!(
+        matches!(&error, DownloadError::HeldFromOtherSource { source, .. } if *source == format!("{REPO}@{commit}"))
+    );
+    // Before the snapshot, no manifest: refused too. After it, no manifest is not another
+    // source's (two models of different sources would refuse each other's cut directory).
+    std::fs::remove_file(root.dest().join(MANIFEST)).unwrap();
+    let early = Job { keep_marked: true, ..moved.clone() };
+    let error = run(early, &opts(&hub)).await.0.result.unwrap_err();
+    assert!(matches!(&error, DownloadError::HeldFromOtherSource { source, .. } if source == "an unfinished download"));
+    assert_all_files(&hub, &root.dest(), &commit);
+    // Its own source's files: checked in place; the marker then names its owners only.
+    let same = Job { other_source: vec!["uid-held".into()], ..job(&root, "main") };
+    let done = finished(run(same, &opts(&hub)).await.0);
+    assert_eq!((done.commit, marker_uids(&root)), (commit, vec![UID.to_string()]));
 }
 
 /// `Op::Resolve` when the Hub cannot answer: the copy a model's symlink points at stands in
