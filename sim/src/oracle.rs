@@ -55,6 +55,16 @@ pub fn commit_of(storage_uri: &str) -> Option<String> {
     Some(format!("{h:016x}{:016x}{:08x}", h.rotate_left(17), h >> 32))
 }
 
+/// The repository a storage URI names, what the shell's manifest records of a download's
+/// source (`repo_id`): an `hf://` URI without its `@revision`, any other URI as it is.
+pub fn repository(storage_uri: &str) -> &str {
+    if storage_uri.starts_with("hf://") {
+        storage_uri.split_once('@').map_or(storage_uri, |(repo, _)| repo)
+    } else {
+        storage_uri
+    }
+}
+
 /// Where a `ReuseIfExists` model's weights are on a node, beneath the root: the node's one copy
 /// of its commit, `_artifacts/<org>/<repo>/<commit>` (issue 10).
 pub fn copy_dir(spec: &ModelSpec) -> Option<String> {

@@ -738,8 +738,9 @@ pub fn swarm_knobs(seed: u64, nodes: Option<usize>, models: Option<usize>) -> Sw
         reselect: p.up_to(200),
         node_label: p.up_to(100),
         wipe: p.up_to(100),
+        source: 0,
     };
-    SwarmKnobs {
+    let mut k = SwarmKnobs {
         nodes,
         models: models.unwrap_or(5 + p.up_to(30) as usize),
         minutes: 20 + p.up_to(20),
@@ -748,13 +749,22 @@ pub fn swarm_knobs(seed: u64, nodes: Option<usize>, models: Option<usize>) -> Sw
         read_ms_max: [30, 500, 3_000, 12_000][p.up_to(3) as usize],
         node_watch_ms_max: [50, 2_000, 30_000][p.up_to(2) as usize],
         read_only_nodes: p.up_to(nodes as u64 / 2) as usize,
-    }
+    };
+    // Drawn last, so that the knobs before it are what they were before this action existed:
+    // none in half of the seeds, 2-15 % a minute in the others.
+    k.weights.source = if p.up_to(1) == 0 { 0 } else { 20 + p.up_to(130) };
+    k
 }
 
 /// One swarm run: a safety phase with actions and faults drawn from the seed (from the shared
 /// vocabulary, [`vocab`]), then the liveness phase with the faults healed.
 pub fn swarm_run(seed: u64, nodes: Option<usize>, models: Option<usize>) -> (Report, World, SwarmKnobs) {
-    let k = swarm_knobs(seed, nodes, models);
+    swarm_run_knobs(seed, swarm_knobs(seed, nodes, models))
+}
+
+/// One swarm run with the knobs given (a seed's own, or changed: with `weights.source` 0 a
+/// seed runs as it did before `Action::Source` existed).
+pub fn swarm_run_knobs(seed: u64, k: SwarmKnobs) -> (Report, World, SwarmKnobs) {
     let opts = Options { nodes: k.nodes, models: k.models, seed, record_traces: true, ..Options::default() };
     let mut w = new_world(&opts);
     for n in 0..k.read_only_nodes {
@@ -768,12 +778,17 @@ pub fn swarm_run(seed: u64, nodes: Option<usize>, models: Option<usize>) -> (Rep
         vocab::apply(&mut w, &a);
     }
     let mut next_name = k.models;
+    // `Action::Source` is drawn from a PRNG of its own: a seed that draws none runs as before.
+    let mut q = Prng::new(seed ^ 0x50_0CE);
     start_fleet(&mut w);
     w.read_timeout_permille = k.read_timeout_permille;
     let latency = vocab::Action::Latency { read_ms_max: k.read_ms_max, node_watch_ms_max: k.node_watch_ms_max };
     vocab::apply(&mut w, &latency);
     for _minute in 0..k.minutes {
-        for a in vocab::draw_minute(&mut p, &k.weights, k.nodes, &mut names, &mut next_name) {
+        let minute = vocab::draw_minute(&mut p, &k.weights, k.nodes, &mut names, &mut next_name);
+        // First, after the last minute's wait (the directory's members are more often settled
+        // Ready than right after the minute's creates and faults).
+        for a in vocab::draw_source(&mut q, &k.weights, k.nodes).into_iter().chain(minute) {
             vocab::apply(&mut w, &a);
         }
     }
@@ -786,6 +801,10 @@ pub fn swarm_run(seed: u64, nodes: Option<usize>, models: Option<usize>) -> (Rep
         }
     }
     heal_and_settle(&mut w, 20);
-    let report = Report::from_world("swarm", &opts, &w);
+    let mut report = Report::from_world("swarm", &opts, &w);
+    let c = &w.counters;
+    for (name, n) in [("source_switches", c.source_switches), ("other_source_refusals", c.other_source_refusals)] {
+        report.extra.insert(name.into(), n.into());
+    }
     (report, w, k)
 }

@@ -93,7 +93,21 @@ pub enum Action {
     Wait {
         ms: u64,
     },
+    /// One of the models at shape 5's directory ([`PAIR_PATH`]) switches its storage URI
+    /// between [`PAIR_SOURCES`], keeping its path, while the others there stay (README, "Same
+    /// path, same source"): `pick` chooses among them (none there: nothing happens). With
+    /// `restart`, the node's agent stops first, the change is made while it is down, and it
+    /// starts again `down_ms` later.
+    Source {
+        pick: usize,
+        restart: Option<(usize, u64)>,
+    },
 }
+
+/// The directory every model of shape 5 names, and the two sources [`Action::Source`] moves
+/// them between (the first is shape 5's own).
+pub const PAIR_PATH: &str = "/mnt/models/pair";
+pub const PAIR_SOURCES: [&str; 2] = ["hf://org/pair", "hf://org/pair-b"];
 
 /// Names `n % 5 == 4` are namespaced BaseModels, the others ClusterBaseModels. Names ending in
 /// 8 and 9 collide (issue 7, hole 3): ClusterBaseModel `basemodel.v-0009` and BaseModel `v-0009`
@@ -124,7 +138,7 @@ pub fn spec(name: usize, uri: u8, selects: bool) -> ModelSpec {
             download_policy: DownloadPolicy::ReuseIfExists,
             ..ModelSpec::simple("hf://org/shared", Some(&format!("/mnt/models/linked/{n}")))
         },
-        _ => ModelSpec::simple("hf://org/pair", Some("/mnt/models/pair")),
+        _ => ModelSpec::simple(PAIR_SOURCES[0], Some(PAIR_PATH)),
     };
     if selects {
         s.node_selector.push((SELECTOR.0.into(), SELECTOR.1.into()));
@@ -199,6 +213,27 @@ pub fn apply(w: &mut World, a: &Action) {
         }
         Action::ReadOnlyRoot { node, read_only } => w.nodes[node].root_writable = !read_only,
         Action::Wait { ms } => w.run_for(ms),
+        Action::Source { pick, restart } => switch_source(w, pick, restart),
+    }
+}
+
+fn switch_source(w: &mut World, pick: usize, restart: Option<(usize, u64)>) {
+    let at_pair = w.api.objects.values().filter(|o| !o.deleting() && o.spec().path.as_deref() == Some(PAIR_PATH));
+    let keys: Vec<ModelKey> = at_pair.map(|o| o.key.clone()).collect();
+    let Some(key) = keys.get(pick % keys.len().max(1)) else { return };
+    let was = w.api.objects[key].spec();
+    let other = if *was.storage_uri == *PAIR_SOURCES[0] { PAIR_SOURCES[1] } else { PAIR_SOURCES[0] };
+    let fresh = ModelSpec::simple(other, Some(PAIR_PATH));
+    let s = ModelSpec { storage_uri: fresh.storage_uri, uri: fresh.uri, ..(**was).clone() };
+    w.counters.source_switches += 1;
+    match restart {
+        Some((node, down_ms)) if !matches!(w.nodes[node].agent, Agent::Stopped) => {
+            w.stop(node);
+            w.update(key, s);
+            w.run_for(down_ms);
+            w.start(node);
+        }
+        _ => w.update(key, s),
     }
 }
 
@@ -231,6 +266,8 @@ pub struct Weights {
     pub reselect: u64,
     pub node_label: u64,
     pub wipe: u64,
+    /// [`Action::Source`], drawn by [`draw_source`].
+    pub source: u64,
 }
 
 /// What the swarm draws for one minute of a run over `nodes` nodes and the model names in
@@ -285,4 +322,16 @@ pub fn draw_minute(
     }
     out.push(Action::Wait { ms: 60_000 });
     out
+}
+
+/// What the swarm draws of [`Action::Source`] for one minute, from a PRNG of its own (so that
+/// [`draw_minute`] draws what it drew before this action existed): a restart of a node's agent
+/// around the change half the time.
+pub fn draw_source(q: &mut Prng, wt: &Weights, nodes: usize) -> Option<Action> {
+    if q.up_to(999) >= wt.source {
+        return None;
+    }
+    let pick = q.up_to(63) as usize;
+    let restart = (q.up_to(1) == 0).then(|| (q.up_to(nodes as u64 - 1) as usize, 1 + q.up_to(20_000)));
+    Some(Action::Source { pick, restart })
 }

@@ -103,6 +103,10 @@ pub struct SimNode {
     /// Directories beneath the models root with this agent's ownership marker (path → the
     /// uids it names).
     pub dirs: BTreeMap<String, BTreeSet<Uid>>,
+    /// What source each directory's files are from: the storage URI of the last download that
+    /// completed into it (the shell's manifest, written last). A cancelled download leaves it as
+    /// it was; a trashed directory takes it along.
+    pub files: BTreeMap<String, Arc<str>>,
     /// Symlinks the agent made beneath the root, by path.
     pub links: BTreeMap<String, Link>,
     /// Paths where something the agent did not make is in the way of a link.
@@ -164,6 +168,13 @@ pub struct Counters {
     pub links_made: u64,
     pub unlinks: u64,
     pub copies_trashed: u64,
+    /// Downloads the simulated shell refused before the core's first snapshot because the
+    /// marker names a uid it was not given, over files of another source (`HeldFromOtherSource`).
+    pub other_source_refusals: u64,
+    /// Models at a same-path directory whose storage URI the swarm switched (`Action::Source`).
+    pub source_switches: u64,
+    /// Downloads that replaced the files of a live, Ready model of another source (damage).
+    pub other_source_replaced: u64,
 }
 
 impl Counters {
@@ -280,6 +291,8 @@ pub struct World {
     /// Per node, uid → the last instant the ground truth did not place that uid on that node
     /// (recorded when a Node's labels or a model's spec change).
     unplaced_until: Vec<BTreeMap<String, u64>>,
+    /// The last instant each model's spec was written (created or changed by the user).
+    spec_written_at: BTreeMap<ModelKey, u64>,
 }
 
 impl World {
@@ -298,6 +311,7 @@ impl World {
                     root_writable: true,
                     missing_local: BTreeSet::new(),
                     dirs: BTreeMap::new(),
+                    files: BTreeMap::new(),
                     links: BTreeMap::new(),
                     occupied: BTreeSet::new(),
                     trash: BTreeSet::new(),
@@ -329,6 +343,7 @@ impl World {
             events_processed: 0,
             history_dump: Vec::new(),
             unplaced_until: vec![BTreeMap::new(); nodes],
+            spec_written_at: BTreeMap::new(),
         }
     }
 
@@ -603,8 +618,8 @@ impl World {
                 let missing = self.nodes[node].missing_local.contains(path);
                 Some(Input::EffectDone { id, outcome: local_outcome(path, missing) })
             }
-            Op::Download { dest, uid, co_owners, keep_marked, .. } => {
-                self.exec_download(node, id, dest, uid, (co_owners, *keep_marked))
+            Op::Download { dest, uid, storage_uri, co_owners, keep_marked, .. } => {
+                self.exec_download(node, id, (dest, storage_uri), uid, (co_owners, *keep_marked))
             }
             Op::Resolve { storage_uri, .. } => Some(resolved(id, storage_uri)),
             Op::Link { uid, link, copy, .. } => Some(self.exec_link(node, id, uid, link, copy)),
@@ -723,7 +738,7 @@ impl World {
         &mut self,
         node: usize,
         id: model_agent_core::machine::EffectId,
-        dest: &model_agent_core::dest_path::DestPath,
+        (dest, storage_uri): (&model_agent_core::dest_path::DestPath, &str),
         uid: &Uid,
         (co_owners, keep_marked): (&[Uid], bool),
     ) -> Option<Input> {
@@ -741,19 +756,10 @@ impl World {
             self.violation_on(node, None, format!("download outside the models root: {}", dest.absolute()));
             return Some(Input::EffectDone { id, outcome: fail("outside the models root") });
         };
-        // As the real shell does: never download into a directory whose marker names none of
-        // the owners (this uid and its co-owners); the marker then names all of them, and with
-        // `keep_marked` every uid it named too.
-        let mut owners: BTreeSet<Uid> = co_owners.iter().chain(std::iter::once(uid)).cloned().collect();
-        if let Some(marker) = self.nodes[node].dirs.get(path) {
-            if marker.is_disjoint(&owners) {
-                let reason = format!("{} belongs to uids {marker:?}", dest.absolute());
-                return Some(Input::EffectDone { id, outcome: fail(&reason) });
-            }
-            if keep_marked {
-                owners.extend(marker.iter().cloned());
-            }
-        }
+        let owners = match self.download_owners(node, (path, storage_uri), uid, (co_owners, keep_marked)) {
+            Ok(owners) => owners,
+            Err(reason) => return Some(Input::EffectDone { id, outcome: fail(&reason) }),
+        };
         if let Some(link) = self.nodes[node].links.get(path) {
             // As the shell does: a symlinked destination is refused. A process must never try
             // one it made or knows of; one an earlier process left is beyond what it can know.
@@ -762,13 +768,92 @@ impl World {
             }
             return Some(Input::EffectDone { id, outcome: fail(&format!("{path} is a symlink (never followed)")) });
         }
-        let created = self.nodes[node].dirs.insert(path.to_string(), owners).is_none();
-        self.counters.copies_made += u64::from(created && is_copy(path));
+        let marked = self.nodes[node].dirs.insert(path.to_string(), owners);
+        self.counters.copies_made += u64::from(marked.is_none() && is_copy(path));
         if cancelled {
             let end = DownloadEnd { marked: true, result: DownloadResult::Cancelled };
             return Some(Input::EffectDone { id, outcome: model_agent_core::machine::Outcome::Downloaded(end) });
         }
+        let before = self.nodes[node].files.insert(path.to_string(), Arc::from(storage_uri));
+        if let (Some(before), Some(marked)) = (before, marked) {
+            self.check_replaced(node, path, (uid, storage_uri), (&before, &marked));
+        }
         Some(done(id))
+    }
+
+    /// The uids the marker names once a download into `path` starts, or why the shell refuses
+    /// it, as the real shell decides (`download::plan::owned_manifest`): a marker that names
+    /// none of the owners (this uid and its co-owners) is another model's; before the core's
+    /// first snapshot (`keep_marked`), a marker naming a uid outside the owners over files of
+    /// another repository may be a live model's the core does not know yet
+    /// (`HeldFromOtherSource`). The marker then names the owners, and with `keep_marked` every
+    /// uid it named too.
+    fn download_owners(
+        &mut self,
+        node: usize,
+        (path, storage_uri): (&str, &str),
+        uid: &Uid,
+        (co_owners, keep_marked): (&[Uid], bool),
+    ) -> Result<BTreeSet<Uid>, String> {
+        let mut owners: BTreeSet<Uid> = co_owners.iter().chain(std::iter::once(uid)).cloned().collect();
+        let n = &self.nodes[node];
+        let Some(marker) = n.dirs.get(path) else { return Ok(owners) };
+        if marker.is_disjoint(&owners) {
+            return Err(format!("{path} belongs to uids {marker:?}"));
+        }
+        let other_repository = n.files.get(path).filter(|f| oracle::repository(f) != oracle::repository(storage_uri));
+        if let (true, Some(files)) = (keep_marked, other_repository)
+            && let Some(unknown) = marker.iter().find(|u| !owners.contains(*u))
+        {
+            self.counters.other_source_refusals += 1;
+            return Err(format!(
+                "{path} holds {files}'s files, and its ownership marker names uid {unknown}, which this agent has \
+                 not yet matched to a model: left alone until it has read every marker on the node"
+            ));
+        }
+        if keep_marked {
+            owners.extend(marker.iter().cloned());
+        }
+        Ok(owners)
+    }
+
+    /// A download of `storage_uri` by `uid` completed into `path`, whose files were of `before`
+    /// and whose marker named `marked`: damage when a uid it named is a model alive and placed
+    /// here whose spec still wants `before`'s files at `path`, labelled Ready on this node by
+    /// that uid (README, "Same path, same source"). Decided from the ground truth alone. Not
+    /// held against the agent: a shared copy (its path names its commit), and a model whose
+    /// spec or placement changed within `decision_window_ms` (the download may have been
+    /// decided before the agent could know).
+    fn check_replaced(
+        &mut self,
+        node: usize,
+        path: &str,
+        (uid, storage_uri): (&Uid, &str),
+        (before, marked): (&str, &BTreeSet<Uid>),
+    ) {
+        if is_copy(path) || before == storage_uri {
+            return;
+        }
+        let since = self.now.saturating_sub(self.decision_window_ms());
+        let harmed = marked.iter().filter(|u| *u != uid).find_map(|u| {
+            let obj = self.api.live_here(u.as_str(), node)?;
+            let wants = *obj.spec().storage_uri == *before
+                && oracle::download_dir(obj.spec(), &self.config.models_root).as_deref() == Some(path);
+            let label = wire::label_key(&obj.key);
+            let ready = self.api.labels[node].get(label.as_str()).is_some_and(|v| **v == *ModelStatus::Ready.as_str())
+                && self.label_writer[node].get(label.as_str()).is_some_and(|w| **w == *u.as_str());
+            let moved = self.unplaced_until[node].get(u.as_str()).is_some_and(|&t| t >= since);
+            let changed = self.spec_written_at.get(&obj.key).is_some_and(|&t| t >= since);
+            (wants && ready && !moved && !changed).then(|| obj.key.clone())
+        });
+        if let Some(key) = harmed {
+            self.counters.other_source_replaced += 1;
+            self.mark(node, MarkKind::Damage(Removed::Dir));
+            let text = format!(
+                "a download of {storage_uri} by uid {uid} replaced the files of live Ready {key} from {before} at {path}"
+            );
+            self.violation_on(node, Some(&key), text);
+        }
     }
 
     fn exec_trash(
@@ -790,10 +875,11 @@ impl World {
         }
         if self.nodes[node].dirs.get(path).is_some_and(|marker| marker.contains(uid)) {
             let marker = self.nodes[node].dirs.remove(path).expect("checked");
+            let files = self.nodes[node].files.remove(path);
             self.nodes[node].trash.insert(trash_name.to_string());
             self.counters.dir_removals += 1;
             self.counters.copies_trashed += u64::from(is_copy(path));
-            match self.user_of(node, path, &marker) {
+            match self.user_of(node, path, &marker, files.as_deref()) {
                 Some(user) => {
                     self.counters.dir_removals_live += 1;
                     self.mark(node, MarkKind::Damage(Removed::Dir));
@@ -811,12 +897,14 @@ impl World {
     }
 
     /// A live uid placed here that uses `path`: one its marker names whose weights are there
-    /// (its own download's path, or its shared copy; a marker of one owner names the user of
-    /// anything but a copy), or one whose path holds a symlink to it (a shared copy).
-    fn user_of(&self, node: usize, path: &str, marker: &BTreeSet<Uid>) -> Option<Uid> {
+    /// (its own download's path, unless the files there are of another source than its; or
+    /// its shared copy; a marker of one owner names the user of anything but a copy), or one
+    /// whose path holds a symlink to it (a shared copy).
+    fn user_of(&self, node: usize, path: &str, marker: &BTreeSet<Uid>, files: Option<&str>) -> Option<Uid> {
         let root = &self.config.models_root;
         let keeps = |o: &crate::api::ApiObject| {
-            oracle::download_dir(o.spec(), root).as_deref() == Some(path)
+            (oracle::download_dir(o.spec(), root).as_deref() == Some(path)
+                && files.is_none_or(|f| *f == *o.spec().storage_uri))
                 || oracle::copy_dir(o.spec()).as_deref() == Some(path)
                 || (marker.len() == 1 && !is_copy(path))
         };
@@ -946,6 +1034,13 @@ impl World {
     /// the read request and of the decided effect.
     fn staleness_ms(&self) -> u64 {
         2 * self.timing.effect_ms_max + self.timing.read_ms_max
+    }
+
+    /// How long before a download lands the agent may have decided it, on a view of the world
+    /// that long old: a watch event's flight behind a relist, the download's own flight, and a
+    /// read's round trip.
+    fn decision_window_ms(&self) -> u64 {
+        self.timing.relist_ms_max + self.timing.watch_ms_max + self.timing.download_ms_max + self.staleness_ms()
     }
 
     /// Before the ground truth changes for `node` (every node when `None`) or for `key`
@@ -1169,7 +1264,8 @@ impl World {
     }
 
     pub fn create(&mut self, key: ModelKey, spec: ModelSpec, finalizer: bool) {
-        if let Some(change) = self.api.create(key, Arc::new(spec), finalizer) {
+        if let Some(change) = self.api.create(key.clone(), Arc::new(spec), finalizer) {
+            self.spec_written_at.insert(key, self.now);
             self.fanout(change);
         }
     }
@@ -1177,6 +1273,7 @@ impl World {
     /// The user changes a model's spec.
     pub fn update(&mut self, key: &ModelKey, spec: ModelSpec) {
         self.record_unplaced(None, Some(key));
+        self.spec_written_at.insert(key.clone(), self.now);
         if let Some(change) = self.api.spec_update(key, Arc::new(spec)) {
             self.fanout(change);
         }
@@ -1290,7 +1387,8 @@ impl World {
             // Two models may name one directory: the one whose marker it holds is Ready.
             let taken =
                 e.dir.as_ref().and_then(|p| n.dirs.get(p)).is_some_and(|marker| !marker.contains(&e.uid)) && !e.reuses;
-            let failed = (e.downloads && (!n.root_writable || taken)) || local_missing;
+            let held = other_source_there(n, e, placed.iter().map(|&i| &expects[i]));
+            let failed = (e.downloads && (!n.root_writable || taken || held)) || local_missing;
             let status = if failed { ModelStatus::Failed } else { ModelStatus::Ready };
             expected_labels.insert(&e.label_key, (status.as_str(), &e.key));
             match self.api.entries[node].get(e.cm_key.as_str()) {
@@ -1451,6 +1549,18 @@ struct Expect {
     spec: Arc<ModelSpec>,
     /// Rank among models whose keys collide: ClusterBaseModel first, then older, then uid.
     rank: (bool, u64, String),
+}
+
+/// Does another live model placed on the node hold `e`'s directory, with files of its own
+/// source that is not `e`'s (its marker names it)? Then `e` must not download over them and is
+/// Failed (README, "Same path, same source"). A shared copy's path names its source.
+fn other_source_there<'a>(n: &SimNode, e: &Expect, mut placed: impl Iterator<Item = &'a Expect>) -> bool {
+    let Some(dir) = e.dir.as_ref().filter(|d| !e.reuses && !is_copy(d)) else { return false };
+    let (Some(files), Some(marker)) = (n.files.get(dir), n.dirs.get(dir)) else { return false };
+    **files != *e.spec.storage_uri
+        && placed.any(|u| {
+            u.uid != e.uid && u.dir.as_ref() == Some(dir) && *u.spec.storage_uri == **files && marker.contains(&u.uid)
+        })
 }
 
 /// The models placed on a node that own their keys: where two share a label key or a

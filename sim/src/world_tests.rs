@@ -138,3 +138,163 @@ fn the_convergence_check_names_wrong_missing_and_stale_labels_and_entries() {
         w.violations
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Same path, same source (README): a directory's files carry their source
+// ---------------------------------------------------------------------------------------------
+
+const PAIR: &str = "hf://org/pair";
+const PAIR_B: &str = "hf://org/pair-b";
+
+/// One node, no agent: `u` (of `hf://org/pair`) and `x` (of `hf://org/pair-b`), both at
+/// `/mnt/models/pair`, whose marker names both and whose files are `u`'s source; `u` is
+/// labelled Ready on the node by its own uid. A minute passes.
+fn pair_world() -> (World, Uid, Uid) {
+    let mut w = World::new(1, AgentKind::Core, 1);
+    w.create(ModelKey::cluster("u"), ModelSpec::simple(PAIR, Some("/mnt/models/pair")), true);
+    w.create(ModelKey::cluster("x"), ModelSpec::simple(PAIR_B, Some("/mnt/models/pair")), true);
+    let uid = |name: &str| w.api.objects[&ModelKey::cluster(name)].uid.clone();
+    let (u, x) = (uid("u"), uid("x"));
+    w.nodes[0].dirs.insert("pair".into(), [u.clone(), x.clone()].into());
+    w.nodes[0].files.insert("pair".into(), Arc::from(PAIR));
+    label(&mut w, "u", ModelStatus::Ready, &u);
+    w.run_for(60_000);
+    (w, u, x)
+}
+
+fn label(w: &mut World, name: &str, status: ModelStatus, writer: &Uid) {
+    let key = wire::label_key(&ModelKey::cluster(name));
+    set_shared(&mut w.api.labels[0], &mut w.api.strings, &key, status.as_str());
+    set_shared(&mut w.label_writer[0], &mut w.api.strings, &key, writer.as_str());
+}
+
+/// `uid` downloads `storage_uri` into `/mnt/models/pair`.
+fn download_pair(w: &mut World, uid: &Uid, storage_uri: &str, co_owners: &[&Uid], keep_marked: bool) -> Input {
+    let op = Op::Download {
+        key: ModelKey::cluster("x"),
+        uid: uid.clone(),
+        storage_uri: storage_uri.into(),
+        dest: model_agent_core::dest_path::DestPath::under_root("/mnt/models/pair", ROOT),
+        parse_metadata: false,
+        co_owners: co_owners.iter().map(|u| (*u).clone()).collect(),
+        keep_marked,
+    };
+    w.execute(0, &Effect { id: EffectId(7), op }).expect("a download answers")
+}
+
+fn failed(input: &Input) -> bool {
+    matches!(input, Input::EffectDone { outcome: model_agent_core::machine::Outcome::Failed(_), .. })
+}
+
+#[test]
+fn a_download_over_a_live_ready_model_s_files_of_another_source_is_damage() {
+    let (mut w, _, x) = pair_world();
+    let answer = download_pair(&mut w, &x, PAIR_B, &[], false);
+    assert!(!failed(&answer), "after the snapshot the shell accepts it: the marker names x");
+    assert_eq!(w.nodes[0].files["pair"].as_ref(), PAIR_B, "the files are x's source now");
+    assert_eq!(w.counters.other_source_replaced, 1, "{:?}", w.violations);
+    let text = "a download of hf://org/pair-b by uid uid-x-2 replaced the files of live Ready ClusterBaseModel/u";
+    assert!(w.violations[0].contains(text), "{:?}", w.violations);
+}
+
+#[test]
+fn a_download_over_another_source_harms_no_model_that_is_not_live_ready_and_there() {
+    type Change = fn(&mut World, &Uid);
+    let changes: [(&str, Change); 6] = [
+        ("its label Failed", |w, u| label(w, "u", ModelStatus::Failed, u)),
+        ("its label written by another uid", |w, _| label(w, "u", ModelStatus::Ready, &Uid::new("older"))),
+        ("deleted", |w, _| w.delete(&ModelKey::cluster("u"))),
+        ("moved to another path", |w, _| {
+            w.update(&ModelKey::cluster("u"), ModelSpec::simple(PAIR, Some("/mnt/models/elsewhere")));
+            w.run_for(60_000);
+        }),
+        ("switched to the download's source itself", |w, _| {
+            w.update(&ModelKey::cluster("u"), ModelSpec::simple(PAIR_B, Some("/mnt/models/pair")));
+            w.run_for(60_000);
+        }),
+        ("changed a moment ago (the download may have been decided before)", |w, _| {
+            w.update(&ModelKey::cluster("u"), ModelSpec::simple(PAIR, Some("/mnt/models/pair")));
+        }),
+    ];
+    for (what, change) in changes {
+        let (mut w, u, x) = pair_world();
+        change(&mut w, &u);
+        download_pair(&mut w, &x, PAIR_B, &[], false);
+        assert!(w.violations.is_empty(), "u {what}: {:?}", w.violations);
+    }
+    // Nor is a download of the files' own source, nor one into a directory whose files no
+    // download completed.
+    let (mut w, u, _) = pair_world();
+    download_pair(&mut w, &u, PAIR, &[], false);
+    let (mut w2, _, x) = pair_world();
+    w2.nodes[0].files.clear();
+    download_pair(&mut w2, &x, PAIR_B, &[], false);
+    assert!(w.violations.is_empty() && w2.violations.is_empty(), "{:?} {:?}", w.violations, w2.violations);
+}
+
+#[test]
+fn before_the_first_snapshot_a_marker_naming_an_unknown_uid_over_another_source_is_refused() {
+    // As the shell's `held_from_other_source`: the core has not given u, and the files are of
+    // another repository: nothing is written.
+    let (mut w, u, x) = pair_world();
+    let answer = download_pair(&mut w, &x, PAIR_B, &[], true);
+    assert!(failed(&answer), "{answer:?}");
+    assert_eq!(w.counters.other_source_refusals, 1);
+    assert_eq!(w.nodes[0].files["pair"].as_ref(), PAIR, "left alone");
+    assert_eq!(w.nodes[0].dirs["pair"], [u.clone(), x.clone()].into());
+    assert!(w.violations.is_empty(), "{:?}", w.violations);
+    // Not refused: a uid the core gave, the same repository at another revision, and after the
+    // first snapshot (the core's own rule decides then).
+    let (mut w, u, x) = pair_world();
+    assert!(!failed(&download_pair(&mut w, &x, PAIR_B, &[&u], true)));
+    let (mut w, _, x) = pair_world();
+    assert!(!failed(&download_pair(&mut w, &x, "hf://org/pair@v2", &[], true)));
+    let (mut w, _, x) = pair_world();
+    assert!(!failed(&download_pair(&mut w, &x, PAIR_B, &[], false)));
+    assert_eq!(w.counters.other_source_refusals, 0);
+}
+
+#[test]
+fn trashing_files_of_another_source_than_a_member_s_does_not_harm_that_member() {
+    // u leaves; x (of another source) is named by the marker but its weights are not there.
+    let (mut w, u, _) = pair_world();
+    w.delete(&ModelKey::cluster("u"));
+    trash(&mut w, u.as_str(), "pair");
+    assert_eq!((w.counters.dir_removals, w.counters.dir_removals_live), (1, 0), "{:?}", w.violations);
+    assert!(!w.nodes[0].files.contains_key("pair"), "the files went with it");
+    // The same with the files of x's source: x's weights.
+    let (mut w, u, x) = pair_world();
+    w.nodes[0].files.insert("pair".into(), Arc::from(PAIR_B));
+    w.delete(&ModelKey::cluster("u"));
+    trash(&mut w, u.as_str(), "pair");
+    assert_eq!(w.counters.dir_removals_live, 1);
+    assert!(w.violations[0].contains(&format!("weights of live uid {x} at pair")), "{:?}", w.violations);
+}
+
+/// Two models share `/mnt/models/pair` (same source), settle Ready; then one switches its
+/// storage URI, with and without a restart of the agent while it changes, over several seeds:
+/// no files of the other (still Ready) are replaced, and the fleet converges (the switched one
+/// Failed while the other holds the directory). Some seeds take the restart window: the
+/// switched model's download comes before the core knows the other, and the simulated shell
+/// refuses it as the real one does.
+#[test]
+fn a_co_owner_switching_source_never_replaces_the_other_s_files_with_or_without_a_restart() {
+    let mut refusals = 0;
+    for seed in 1..=12 {
+        for restart in [None, Some((0, 5_000))] {
+            let mut w = World::new(1, AgentKind::Core, seed);
+            for name in [0, 4] {
+                w.create(crate::vocab::key(name), crate::vocab::spec(name, 5, false), true);
+            }
+            w.start(0);
+            w.run_for(60_000);
+            crate::vocab::apply(&mut w, &crate::vocab::Action::Source { pick: seed as usize, restart });
+            w.run_for(10 * 60_000);
+            w.check_converged();
+            assert!(w.violations.is_empty(), "seed {seed} {restart:?}: {:#?}", w.violations);
+            assert_eq!(w.counters.source_switches, 1);
+            refusals += w.counters.other_source_refusals;
+        }
+    }
+    assert!(refusals > 0, "no seed took the restart window");
+}
