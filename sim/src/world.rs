@@ -756,7 +756,7 @@ impl World {
             self.violation_on(node, None, format!("download outside the models root: {}", dest.absolute()));
             return Some(Input::EffectDone { id, outcome: fail("outside the models root") });
         };
-        let owners = match self.download_owners(node, (path, storage_uri), uid, (co_owners, keep_marked)) {
+        let owners = match self.download_owners(node, (dest, storage_uri), uid, (co_owners, keep_marked)) {
             Ok(owners) => owners,
             Err(reason) => return Some(Input::EffectDone { id, outcome: fail(&reason) }),
         };
@@ -791,15 +791,16 @@ impl World {
     fn download_owners(
         &mut self,
         node: usize,
-        (path, storage_uri): (&str, &str),
+        (dest, storage_uri): (&model_agent_core::dest_path::DestPath, &str),
         uid: &Uid,
         (co_owners, keep_marked): (&[Uid], bool),
     ) -> Result<BTreeSet<Uid>, String> {
+        let (path, absolute) = (dest.beneath_root().unwrap_or_default(), dest.absolute());
         let mut owners: BTreeSet<Uid> = co_owners.iter().chain(std::iter::once(uid)).cloned().collect();
         let n = &self.nodes[node];
         let Some(marker) = n.dirs.get(path) else { return Ok(owners) };
         if marker.is_disjoint(&owners) {
-            return Err(format!("{path} belongs to uids {marker:?}"));
+            return Err(format!("{absolute} belongs to uids {marker:?}"));
         }
         let other_repository = n.files.get(path).filter(|f| oracle::repository(f) != oracle::repository(storage_uri));
         if let (true, Some(files)) = (keep_marked, other_repository)
