@@ -618,8 +618,8 @@ impl World {
                 let missing = self.nodes[node].missing_local.contains(path);
                 Some(Input::EffectDone { id, outcome: local_outcome(path, missing) })
             }
-            Op::Download { dest, uid, storage_uri, co_owners, keep_marked, .. } => {
-                self.exec_download(node, id, (dest, storage_uri), uid, (co_owners, *keep_marked))
+            Op::Download { dest, uid, storage_uri, co_owners, keep_marked, other_source, .. } => {
+                self.exec_download(node, id, (dest, storage_uri), uid, (co_owners, *keep_marked, other_source))
             }
             Op::Resolve { storage_uri, .. } => Some(resolved(id, storage_uri)),
             Op::Link { uid, link, copy, .. } => Some(self.exec_link(node, id, uid, link, copy)),
@@ -740,7 +740,7 @@ impl World {
         id: model_agent_core::machine::EffectId,
         (dest, storage_uri): (&model_agent_core::dest_path::DestPath, &str),
         uid: &Uid,
-        (co_owners, keep_marked): (&[Uid], bool),
+        marker_rule: (&[Uid], bool, &[Uid]),
     ) -> Option<Input> {
         let cancelled = self.nodes[node].downloads_cancelled.remove(&id);
         if let Some(path) = dest.beneath_root() {
@@ -756,7 +756,7 @@ impl World {
             self.violation_on(node, None, format!("download outside the models root: {}", dest.absolute()));
             return Some(Input::EffectDone { id, outcome: fail("outside the models root") });
         };
-        let owners = match self.download_owners(node, (dest, storage_uri), uid, (co_owners, keep_marked)) {
+        let owners = match self.download_owners(node, (dest, storage_uri), uid, marker_rule) {
             Ok(owners) => owners,
             Err(reason) => return Some(Input::EffectDone { id, outcome: fail(&reason) }),
         };
@@ -783,17 +783,18 @@ impl World {
 
     /// The uids the marker names once a download into `path` starts, or why the shell refuses
     /// it, as the real shell decides (`download::plan::owned_manifest`): a marker that names
-    /// none of the owners (this uid and its co-owners) is another model's; before the core's
-    /// first snapshot (`keep_marked`), a marker naming a uid outside the owners over files of
-    /// another repository may be a live model's the core does not know yet
-    /// (`HeldFromOtherSource`). The marker then names the owners, and with `keep_marked` every
-    /// uid it named too.
+    /// none of the owners (this uid and its co-owners) is another model's. Files not of this
+    /// download's source (its whole URI: the shell's manifest keeps repository and revision)
+    /// are left alone while the marker names a live model of another source the core gave
+    /// (`other_source`), or, before the core's first snapshot (`keep_marked`), any uid outside
+    /// the owners, files or none (`HeldFromOtherSource`). The marker then names the owners, and
+    /// with `keep_marked` every uid it named too.
     fn download_owners(
         &mut self,
         node: usize,
         (dest, storage_uri): (&model_agent_core::dest_path::DestPath, &str),
         uid: &Uid,
-        (co_owners, keep_marked): (&[Uid], bool),
+        (co_owners, keep_marked, other_source): (&[Uid], bool, &[Uid]),
     ) -> Result<BTreeSet<Uid>, String> {
         let (path, absolute) = (dest.beneath_root().unwrap_or_default(), dest.absolute());
         let mut owners: BTreeSet<Uid> = co_owners.iter().chain(std::iter::once(uid)).cloned().collect();
@@ -802,15 +803,18 @@ impl World {
         if marker.is_disjoint(&owners) {
             return Err(format!("{absolute} belongs to uids {marker:?}"));
         }
-        let other_repository = n.files.get(path).filter(|f| oracle::repository(f) != oracle::repository(storage_uri));
-        if let (true, Some(files)) = (keep_marked, other_repository)
-            && let Some(unknown) = marker.iter().find(|u| !owners.contains(*u))
-        {
-            self.counters.other_source_refusals += 1;
-            return Err(format!(
-                "{path} holds {files}'s files, and its ownership marker names uid {unknown}, which this agent has \
-                 not yet matched to a model: left alone until it has read every marker on the node"
-            ));
+        let files = n.files.get(path);
+        if files.is_none_or(|f| **f != *storage_uri) {
+            let named = || marker.iter().find(|u| other_source.contains(u)).filter(|_| files.is_some());
+            let unknown = || marker.iter().find(|u| !owners.contains(*u)).filter(|_| keep_marked);
+            if let Some(holder) = named().or_else(unknown) {
+                self.counters.other_source_refusals += 1;
+                let files = files.map_or("an unfinished download", |f| &**f);
+                return Err(format!(
+                    "{path} holds files of {files}, and its ownership marker names uid {holder}, a model of \
+                     another source or one not known here yet: left alone while that model may use them"
+                ));
+            }
         }
         if keep_marked {
             owners.extend(marker.iter().cloned());

@@ -170,6 +170,17 @@ fn label(w: &mut World, name: &str, status: ModelStatus, writer: &Uid) {
 
 /// `uid` downloads `storage_uri` into `/mnt/models/pair`.
 fn download_pair(w: &mut World, uid: &Uid, storage_uri: &str, co_owners: &[&Uid], keep_marked: bool) -> Input {
+    download_naming(w, uid, storage_uri, (co_owners, keep_marked), &[])
+}
+
+/// The same, with the live models of another source the core names (`other_source`).
+fn download_naming(
+    w: &mut World,
+    uid: &Uid,
+    storage_uri: &str,
+    (co_owners, keep_marked): (&[&Uid], bool),
+    other_source: &[&Uid],
+) -> Input {
     let op = Op::Download {
         key: ModelKey::cluster("x"),
         uid: uid.clone(),
@@ -178,6 +189,7 @@ fn download_pair(w: &mut World, uid: &Uid, storage_uri: &str, co_owners: &[&Uid]
         parse_metadata: false,
         co_owners: co_owners.iter().map(|u| (*u).clone()).collect(),
         keep_marked,
+        other_source: other_source.iter().map(|u| (*u).clone()).collect(),
     };
     w.execute(0, &Effect { id: EffectId(7), op }).expect("a download answers")
 }
@@ -243,12 +255,19 @@ fn before_the_first_snapshot_a_marker_naming_an_unknown_uid_over_another_source_
     assert_eq!(w.nodes[0].files["pair"].as_ref(), PAIR, "left alone");
     assert_eq!(w.nodes[0].dirs["pair"], [u.clone(), x.clone()].into());
     assert!(w.violations.is_empty(), "{:?}", w.violations);
-    // Not refused: a uid the core gave, the same repository at another revision, and after the
-    // first snapshot (the core's own rule decides then).
+    // Another revision of the same repository is another source too (the manifest keeps it).
+    let (mut w, _, x) = pair_world();
+    assert!(failed(&download_pair(&mut w, &x, "hf://org/pair@v2", &[], true)));
+    // After the snapshot, a live model of another source the core names: refused too.
+    let (mut w, u, x) = pair_world();
+    assert!(failed(&download_naming(&mut w, &x, PAIR_B, (&[], false), &[&u])));
+    assert_eq!(w.nodes[0].files["pair"].as_ref(), PAIR, "left alone");
+    // Not refused: a uid the core gave, files of the download's own source, and after the first
+    // snapshot a uid the core does not name.
     let (mut w, u, x) = pair_world();
     assert!(!failed(&download_pair(&mut w, &x, PAIR_B, &[&u], true)));
-    let (mut w, _, x) = pair_world();
-    assert!(!failed(&download_pair(&mut w, &x, "hf://org/pair@v2", &[], true)));
+    let (mut w, u, x) = pair_world();
+    assert!(!failed(&download_naming(&mut w, &x, PAIR, (&[], true), &[&u])));
     let (mut w, _, x) = pair_world();
     assert!(!failed(&download_pair(&mut w, &x, PAIR_B, &[], false)));
     assert_eq!(w.counters.other_source_refusals, 0);

@@ -68,16 +68,16 @@ fn swarm_seeds_found_on_wiped_or_restarted_nodes_pass() {
     }
 }
 
-/// Found on 2026-12-07 by the swarm's source switches (`Action::Source`), not fixed yet (README,
+/// Found on 2026-12-07 by the swarm's source switches (`Action::Source`), fixed the same day (README,
 /// "Properties checked"): after a restart, a switched co-owner's download sent just after the
 /// first snapshot replaced a Ready member's files before that member's own check made it hold
-/// them (200000284); a member leaving the directory with its old source's files trashed the
-/// directory into which members of another source had since downloaded theirs under a marker
-/// naming it (56, 200000144). Run with `--ignored` once the core is fixed.
+/// them (200000284: now `Op::Download::other_source` and the shell's refusal); a member leaving
+/// the directory with its old source's files trashed the directory into which members of
+/// another source had since downloaded theirs under a marker naming it (56, 200000144: now a
+/// live member whose files are there shares the directory, whatever its source).
 #[test]
-#[ignore = "open findings in the core"]
 fn swarm_seeds_found_by_source_switches_pass() {
-    for seed in [56, 200_000_144, 200_000_284] {
+    for seed in [56, 200_000_144, 200_000_284, 200_000_454, 200_001_003, 200_000_490, 200_002_487] {
         let (r, _, knobs) = model_agent_sim::scenario::swarm_run(seed, None, None);
         assert!(r.clean(), "seed {seed} ({knobs:?}): {:#?}", r.invariant_violations);
     }

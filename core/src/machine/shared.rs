@@ -58,7 +58,7 @@ pub struct DirView {
     pub busy: bool,
     /// Another model (another name: a recreated one waits for its predecessor's directory to
     /// go, unless the marker names it already) of the same source, not confirmed gone, uses it
-    /// (of any source when this one's is unknown).
+    /// (of any source when this one's is unknown), or any live member whose files are there.
     pub shared: bool,
     /// Uids an `Op::Download` may find in the marker and writes into it with its own.
     pub co_owners: Vec<Uid>,
@@ -314,7 +314,11 @@ fn dir_view(dirs: &Map<Arc<str>, Arc<DirUse>>, trashing: &Set<Arc<str>>, dir: &s
     // incarnation of the same name shares it only once the marker names it (a stale list can
     // bring back an older uid after the newer one downloaded there).
     let shares = |m: &&Member| same(m) || (me.source.is_none() && m.source.is_some());
-    let sharer = |m: &&Member| m.alive && (m.key != *me.key || using.marked.contains(&m.uid)) && shares(m);
+    // Whatever its source, a live member whose files are there shares it: it may have
+    // downloaded its own source there with this one as a co-owner, this one's source then
+    // still the one it last fetched with.
+    let named = |m: &&Member| using.marked.contains(&m.uid);
+    let sharer = |m: &&Member| m.alive && (m.holds || ((m.key != *me.key || named(m)) && shares(m)));
     let other_holder = |m: &Member| match &m.source {
         Some(source) if !copy && m.alive && m.holds && !same(&m) => Some((m.key.clone(), Arc::clone(source))),
         _ => None,

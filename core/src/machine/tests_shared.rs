@@ -922,3 +922,48 @@ fn a_download_sent_after_the_first_snapshot_names_the_live_models_of_another_sou
         .collect();
     assert_eq!(downloads, vec![("d1".to_string(), Vec::<String>::new(), false, vec!["p1".to_string()])]);
 }
+
+#[test]
+fn a_member_leaving_never_trashes_files_another_source_downloaded_there_since() {
+    // Swarm seeds 56 and 200000144: prefill held org/repo at the path; decode (org/other) was
+    // Failed for it. Prefill moves to org/other: decode downloads it there with prefill as a
+    // co-owner and is Ready. Prefill is deleted before its own download: it last fetched
+    // org/repo, so decode did not count as sharing, and its leave trashed decode's files.
+    let mut h = H::new();
+    let path = Some("/mnt/models/shared");
+    let a = obj(&ModelKey::cluster("prefill"), "p1", "hf://org/repo", path);
+    let b = obj(&ModelKey::cluster("decode"), "d1", "hf://org/other", path);
+    let marked = ["p1", "d1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u) });
+    let mut seen = Seen::default();
+    let e = h.start(true, vec![a.clone()]);
+    run(&mut h, e, &mut seen, &marked[..1], std::slice::from_ref(&a));
+    let e = h.apply(b.clone());
+    run(&mut h, e, &mut seen, &marked[..1], &[a.clone(), b.clone()]);
+    assert!(matches!(h.view(&b.key, "d1").published, Published::Status { status: ModelStatus::Failed, .. }));
+    let moved = obj(&a.key, "p1", "hf://org/other", path);
+    let e = h.apply(moved.clone());
+    let download = |e: &[Effect], who: &str| {
+        e.iter().find(|e| matches!(&e.op, Op::Download { uid, .. } if uid.as_str() == who)).map(|e| e.id)
+    };
+    let mut pending = e;
+    let mut decode_download = None;
+    for _ in 0..20 {
+        decode_download = decode_download.or(download(&pending, "d1"));
+        let mut next = Vec::new();
+        for e in &pending {
+            if matches!(e.op, Op::Publish { .. }) {
+                next.extend(h.input(Input::EffectDone { id: e.id, outcome: Outcome::Done }));
+            }
+        }
+        pending = next;
+    }
+    let decode_download = decode_download.expect("decode downloads its source with prefill as a co-owner");
+    let mut e = delete(&mut h, &moved);
+    let result = DownloadResult::Done { commit: COMMIT.into(), metadata: None, bytes: 1000 };
+    let outcome = Outcome::Downloaded(DownloadEnd { marked: true, result });
+    e.extend(h.input(Input::EffectDone { id: decode_download, outcome }));
+    run(&mut h, e, &mut seen, &marked, std::slice::from_ref(&b));
+    assert_eq!(seen.trashed, Vec::<String>::new(), "decode's files stay");
+    let ready = Published::Status { status: ModelStatus::Ready, reason: None };
+    assert_eq!(h.view(&b.key, "d1").published, ready);
+}
