@@ -82,3 +82,19 @@ fn swarm_seeds_found_by_source_switches_pass() {
         assert!(r.clean(), "seed {seed} ({knobs:?}): {:#?}", r.invariant_violations);
     }
 }
+
+/// Swarm seed 120,008,971 (found running 120,000,000-120,011,999): a ClusterBaseModel and a
+/// BaseModel shared one path on a node, and the marker named both. The node did not match the
+/// ClusterBaseModel's nodeSelector: its exit was witnessed and it was withdrawn, leaving the
+/// directory to the BaseModel. 56 s later the node was labelled (the ground truth placed the
+/// ClusterBaseModel there again) and the BaseModel deleted at the same instant; the Node watch
+/// delivered the label 17 s later, and the BaseModel's confirmed delete trashed the directory
+/// 8 s after the label, on the exit witnessed a minute before. A leaving member whose marker
+/// names another uid now trashes only after a live Node read sent once it began to wait
+/// (`tables::awaits_trash_witness`); here that read places the other model again, and the
+/// directory is released to it.
+#[test]
+fn a_co_owner_s_delete_waits_for_a_fresh_node_witness_before_trashing() {
+    let (r, _, knobs) = model_agent_sim::scenario::swarm_run(120_008_971, None, None);
+    assert!(r.clean(), "({knobs:?}): {:#?}", r.invariant_violations);
+}

@@ -47,6 +47,7 @@ impl State {
             let only_model_labels =
                 wiped.is_none() && self.node.as_deref().is_some_and(|old| changes_only_model_labels(old, &node));
             self.node = Some(Arc::new(node));
+            self.node_reads.view_changed_seq = Some(st.seq);
             if only_model_labels {
                 self.dirty_readers_of_model_labels(st);
             } else {
@@ -87,6 +88,7 @@ impl State {
                 self.node_reads.witness = Some(NodeWitness { node: Arc::new(node.clone()), sent });
                 self.node_reads.wanted = false;
                 st.dirty.extend(self.node_reads.waiting.iter().cloned());
+                st.dirty.extend(std::mem::take(&mut self.node_reads.trash_waiting));
                 self.adopt_node(st, node, sent.seq);
                 return;
             }

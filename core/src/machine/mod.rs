@@ -128,6 +128,12 @@ struct NodeReads {
     waiting: Set<ModelKey>,
     /// Some waiting exit needs a witness newer than the newest one.
     wanted: bool,
+    /// Models waiting to trash a directory whose marker names other uids: a witness sent after
+    /// they began to wait (`Share::trash_after_seq`) settles them again.
+    trash_waiting: Set<ModelKey>,
+    /// The step whose input changed the Node view: a trash waits past it (the models it placed
+    /// again register in the directories they use as they settle, after it).
+    view_changed_seq: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -163,6 +163,9 @@ pub struct Share {
     pub registered: Option<(Arc<str>, super::shared::Member)>,
     /// The shape of the artifact last published (its owner and children): a change republishes.
     pub artifact_digest: u64,
+    /// Leaving, it would trash a directory whose marker names other uids (seq of the step it
+    /// began to wait): the trash waits for a Node witness sent at or after that step.
+    pub trash_after_seq: Option<u64>,
 }
 
 /// A download in flight (`Incarnation::inflight` is its id).

@@ -2,7 +2,7 @@
 
 use super::claims::{Contest, contest};
 use super::evidence::decide_exit;
-use super::tables::{PlacementStep, download_stays, placement_step};
+use super::tables::{PlacementStep, download_stays, placement_step, trash_awaits_witness};
 use super::watch::displace;
 use super::*;
 
@@ -60,6 +60,8 @@ impl State {
         if std::mem::take(&mut st.copy_released) {
             self.sweep_soon(st);
         }
+        // A trash that began to wait for a Node witness in this step asks for it now.
+        self.issue_node_read(st);
         self.hold_late_due(st);
         // Kept for the next step, unless a step that touched many keys made it large.
         const SPARE_KEYS_MAX: usize = 1024;
@@ -164,6 +166,7 @@ impl State {
             dirs,
             dirs_trashing,
             snapshot_seen,
+            node_reads,
             ..
         } = self;
         let contest = contest(slots, claims, (node.as_deref(), !*snapshot_seen), inflight, key);
@@ -193,9 +196,16 @@ impl State {
             dirs,
             dirs_trashing,
             markers_known: *snapshot_seen,
+            node_witness_seq: node_reads.witness.as_ref().map(|w| w.sent.seq),
+            trash_hold: node_reads.view_changed_seq == Some(st.seq),
         };
         let before = registrations(slot);
         st.copy_released |= drive(&env, &mut emitter, timers, stats, key, slot);
+        let witness = (env.node_witness_seq, env.trash_hold);
+        if slot.all().any(|inc| waits_for_trash_witness(inc, witness)) {
+            node_reads.wanted = true;
+            node_reads.trash_waiting.insert(key.clone());
+        }
         if !before.is_empty() {
             let gone: Vec<(Arc<str>, Uid)> =
                 before.iter().filter(|(_, uid)| !slot.all().any(|i| i.uid() == uid)).cloned().collect();
@@ -234,6 +244,20 @@ pub(super) struct Env<'a> {
     pub(super) dirs_trashing: &'a Set<Arc<str>>,
     /// This process's first snapshot has come (`State::snapshot_seen`).
     pub(super) markers_known: bool,
+    /// The step that sent the newest Node witness.
+    pub(super) node_witness_seq: Option<u64>,
+    /// The Node view changed in this step (`Context::trash_hold`).
+    pub(super) trash_hold: bool,
+}
+
+/// A leaving incarnation whose trash waits for a Node witness newer than the newest one, or
+/// for a step after one that changed the Node view (the witness asked for then wakes it).
+fn waits_for_trash_witness(inc: &Incarnation, (witness_seq, hold): (Option<u64>, bool)) -> bool {
+    let Some(share) = inc.share.as_ref() else { return false };
+    let after = share.trash_after_seq;
+    share.owned_dir.is_some()
+        && inc.inflight.is_none()
+        && after.is_some_and(|after| hold || witness_seq.is_none_or(|sent| sent < after))
 }
 
 /// The directories a slot's incarnations are registered in.
@@ -288,7 +312,7 @@ pub(super) fn drive(
         let ctx = context(env, key, slot, inc, is_current, (former_owns_dir, former_unsettled));
         let want = want(inc, &ctx);
         let inc = if is_current { slot.current.as_mut() } else { slot.former.get_mut(i) }.expect("in range");
-        copy_released |= share_step(inc, &ctx, &want);
+        copy_released |= share_step(inc, &ctx, &want, env.seq);
         if is_current {
             held_by = want.collides_with().cloned();
         }
@@ -345,7 +369,7 @@ fn decide(env: &Env, key: &ModelKey, inc: &Incarnation, want: &Want, ctx: &Conte
             Decision::Act(op, what)
         }
         // A held confirmed incarnation is not done: it waits to clean up.
-        None if inc.is_confirmed() && *want == Want::Absent => Decision::Finished,
+        None if inc.is_confirmed() && *want == Want::Absent && !trash_awaits_witness(inc, ctx) => Decision::Finished,
         None => Decision::Nothing,
     }
 }
@@ -353,8 +377,17 @@ fn decide(env: &Env, key: &ModelKey, inc: &Incarnation, want: &Want, ctx: &Conte
 /// Before deciding: a leaving incarnation releases a directory that is a shared copy or that
 /// another live model of the same source uses (it is theirs now; a copy goes through the orphan
 /// sweep), and a Ready shared copy whose owner or children changed is published again.
-fn share_step(inc: &mut Incarnation, ctx: &Context, want: &Want) -> bool {
+fn share_step(inc: &mut Incarnation, ctx: &Context, want: &Want, seq: u64) -> bool {
     let mut copy_released = false;
+    // A trash of a directory other uids' marker names waits for a Node witness sent from now
+    // on (`tables::awaits_trash_witness`); anything else forgets the wait.
+    let trash_waits = *want == Want::Absent && tables::trash_needs_witness(inc, ctx);
+    let after = inc.share.as_ref().and_then(|s| s.trash_after_seq);
+    if trash_waits && after.is_none() {
+        inc.share_mut().trash_after_seq = Some(seq);
+    } else if !trash_waits && after.is_some() {
+        inc.share_mut().trash_after_seq = None;
+    }
     if let (Want::Absent, Some(dir)) = (want, inc.owned_dir()) {
         let copy = shared::in_artifacts(dir);
         let shared = ctx.dir.as_ref().is_some_and(|d| d.shared);
@@ -472,6 +505,8 @@ fn context<'a>(
         dir: shared::member_draft(inc, &env.config.models_root, (env.node, held_by.is_some()))
             .map(|draft| draft.view(env.dirs, env.dirs_trashing, key, inc.uid())),
         markers_known: env.markers_known,
+        node_witness_seq: env.node_witness_seq,
+        trash_hold: env.trash_hold,
     }
 }
 

@@ -74,6 +74,9 @@ pub struct DirView {
     /// there in this run: a download may not replace files of another source its marker names
     /// one of them for (`Op::Download::other_source`, checked by the shell against the manifest).
     pub other_source: Vec<Uid>,
+    /// Its marker is known to name another uid: a trash by this one waits for a fresh Node
+    /// witness (`tables::awaits_trash_witness`).
+    pub named_by_others: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -232,7 +235,10 @@ pub fn member_draft<'a>(
                 Fetched::Done(done) => done.plan.fetch_into().filter(|(_, d)| *d == dir).map(|(u, _)| Cow::Borrowed(u)),
                 _ => None,
             };
-            (fetched, Cow::Borrowed(dir), inc.inflight.is_some())
+            // A trash waiting for its Node witness counts as one under way: nothing is fetched
+            // into the directory meanwhile.
+            let waits = inc.share.as_ref().is_some_and(|s| s.trash_after_seq.is_some());
+            (fetched, Cow::Borrowed(dir), inc.inflight.is_some() || waits)
         }
     };
     let downloading = running.is_some_and(|(_, d)| d == dir);
@@ -331,6 +337,7 @@ fn dir_view(dirs: &Map<Arc<str>, Arc<DirUse>>, trashing: &Set<Arc<str>>, dir: &s
         artifact: copy_parts(dir).map(|_| artifact_view(using, me)),
         other_source_holder: others().find_map(other_holder),
         other_source: others().filter(|m| m.alive && other_source.contains(&&m.uid)).map(|m| m.uid.clone()).collect(),
+        named_by_others: using.marked.iter().any(|u| u != me.uid),
     }
 }
 
@@ -378,7 +385,9 @@ pub(super) fn register(
         }
         let now = draft.map(|d| d.made(key, inc.uid(), models_root));
         if let Some((dir, old)) = before {
-            leave(dirs, dir, &old.uid, &mut affected);
+            // Staying in the same directory keeps its record (what its marker is known to name).
+            let stays = now.as_ref().is_some_and(|(d, _)| d == dir);
+            leave(dirs, dir, &old.uid, &mut affected, !stays);
         }
         if let Some((dir, member)) = &now {
             join(dirs, dir, member.clone(), &mut affected);
@@ -397,7 +406,7 @@ pub(super) fn register(
 pub(super) fn unregister(dirs: &mut Map<Arc<str>, Arc<DirUse>>, gone: &[(Arc<str>, Uid)]) -> Vec<ModelKey> {
     let mut affected = Vec::new();
     for (dir, uid) in gone {
-        leave(dirs, dir, uid, &mut affected);
+        leave(dirs, dir, uid, &mut affected, true);
     }
     affected
 }
@@ -414,12 +423,18 @@ fn join(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &Arc<str>, member: Member, a
     using.members.insert(at, member);
 }
 
-fn leave(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &Arc<str>, uid: &Uid, affected: &mut Vec<ModelKey>) {
+fn leave(
+    dirs: &mut Map<Arc<str>, Arc<DirUse>>,
+    dir: &Arc<str>,
+    uid: &Uid,
+    affected: &mut Vec<ModelKey>,
+    drop_empty: bool,
+) {
     let Some(shared) = dirs.get_mut(dir) else { return };
     let using = Arc::make_mut(shared);
     using.members.retain(|m| m.uid != *uid);
     affected.extend(using.members.iter().map(|m| m.key.clone()));
-    if using.members.is_empty() {
+    if drop_empty && using.members.is_empty() {
         dirs.remove(dir);
     }
 }

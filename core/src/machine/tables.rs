@@ -65,6 +65,10 @@ pub struct Context<'a> {
     pub dir: Option<DirView>,
     /// This process's first snapshot has come: what the markers name is known.
     pub markers_known: bool,
+    /// The step that sent the newest live read of this Node that answered.
+    pub node_witness_seq: Option<u64>,
+    /// The Node view changed in this step: no trash waiting for a witness goes in it.
+    pub trash_hold: bool,
 }
 
 /// Is the model placed on this node now? `None` when that cannot be known yet.
@@ -443,12 +447,9 @@ fn withdraw_op(key: &ModelKey, inc: &Incarnation, ctx: &Context, now: Instant) -
     if let Some(unlink) = unlink_op(key, inc, None) {
         return Some(unlink);
     }
-    let reserved = inc.obj.spec().is_some_and(|s| s.reserve_artifact);
-    // A directory another member still uses is released instead (`drive`); one being written
-    // to by another member waits for that download to end.
-    let busy = ctx.dir.as_ref().is_some_and(|d| d.busy || d.shared);
+    let (reserved, busy) = trash_blocked(inc, ctx);
     match inc.owned_dir() {
-        Some(path) if !reserved && !busy => {
+        Some(path) if !reserved && !busy && !awaits_trash_witness(inc, ctx) => {
             let name = format!("{}-{}", inc.uid(), now.as_ms());
             let op = Op::TrashDir {
                 key: Some(key.clone()),
@@ -460,6 +461,39 @@ fn withdraw_op(key: &ModelKey, inc: &Incarnation, ctx: &Context, now: Instant) -
         }
         _ => None,
     }
+}
+
+/// (A reserved artifact, kept; a directory another member still uses, released instead by
+/// `drive`, or being written to by another member, which waits for that download to end.)
+fn trash_blocked(inc: &Incarnation, ctx: &Context) -> (bool, bool) {
+    let reserved = inc.obj.spec().is_some_and(|s| s.reserve_artifact);
+    let busy = ctx.dir.as_ref().is_some_and(|d| d.busy || d.shared);
+    (reserved, busy)
+}
+
+/// Leaving, would it trash a directory whose marker names other uids (once the Node is
+/// witnessed)?
+pub fn trash_needs_witness(inc: &Incarnation, ctx: &Context) -> bool {
+    let (reserved, busy) = trash_blocked(inc, ctx);
+    inc.owned_dir().is_some() && !reserved && !busy && ctx.dir.as_ref().is_some_and(|d| d.named_by_others)
+}
+
+/// Leaving, is its trash due but waiting for a Node witness (`awaits_trash_witness`)? A
+/// confirmed incarnation stays until it is done.
+pub fn trash_awaits_witness(inc: &Incarnation, ctx: &Context) -> bool {
+    trash_needs_witness(inc, ctx) && awaits_trash_witness(inc, ctx)
+}
+
+/// Would a trash of the directory it owns destroy weights another uid its marker names may
+/// need? Such a uid may be placed here again by a Node change whose watch event has not come
+/// (its exit was witnessed earlier, or never here): the trash waits for a live read of this
+/// Node sent once the wait began; a Node view that places it again brings it back to the
+/// directory, which it then shares.
+fn awaits_trash_witness(inc: &Incarnation, ctx: &Context) -> bool {
+    let named_by_others = ctx.dir.as_ref().is_some_and(|d| d.named_by_others);
+    let after = inc.share.as_ref().and_then(|s| s.trash_after_seq);
+    let fresh = matches!((after, ctx.node_witness_seq), (Some(after), Some(sent)) if sent >= after);
+    named_by_others && (ctx.trash_hold || !fresh)
 }
 
 /// Fetching: `Updating` first (unless `skips_updating`), then the check or the download.

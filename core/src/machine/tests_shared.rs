@@ -64,7 +64,8 @@ impl Seen {
 }
 
 /// Answers every effect as a healthy node would (downloads one step later, so that overlap is
-/// seen), snapshots with `owned` as the marked directories, lists with `listed`.
+/// seen), snapshots with `owned` as the marked directories, lists with `listed`, a live read of
+/// the Node with the Node as last seen.
 fn run(h: &mut H, mut effects: Vec<Effect>, seen: &mut Seen, owned: &[OwnedDir], listed: &[ModelObject]) {
     let mut downloading: Vec<EffectId> = Vec::new();
     for _ in 0..200 {
@@ -122,7 +123,13 @@ fn run(h: &mut H, mut effects: Vec<Effect>, seen: &mut Seen, owned: &[OwnedDir],
                 }
                 Op::Snapshot => Input::DriftObserved { id: e.id, snapshot: seen.snapshot(owned) },
                 Op::ProbeRoot => Input::RootProbed { id: e.id, probe: RootProbe::healthy(true) },
-                Op::LiveGet { .. } | Op::LiveGetNode | Op::CancelDownload { .. } => continue,
+                // The Node as this agent last saw it: a trash of a directory whose marker names
+                // other uids waits for such a witness.
+                Op::LiveGetNode => match h.s.node.as_deref() {
+                    Some(node) => Input::NodeRead { id: e.id, result: NodeReadResult::Found(node.clone()) },
+                    None => continue,
+                },
+                Op::LiveGet { .. } | Op::CancelDownload { .. } => continue,
                 _ => done,
             };
             next.extend(h.input(input));
@@ -966,4 +973,65 @@ fn a_member_leaving_never_trashes_files_another_source_downloaded_there_since() 
     assert_eq!(seen.trashed, Vec::<String>::new(), "decode's files stay");
     let ready = Published::Status { status: ModelStatus::Ready, reason: None };
     assert_eq!(h.view(&b.key, "d1").published, ready);
+}
+
+/// Swarm seed 120008971: `a` shares a path with `b` (one source, the marker names both). The
+/// Node loses the label `a` needs: both witnesses agree, `a` is withdrawn and leaves the
+/// directory to `b`. Later the label comes back, but the Node watch has not delivered it yet,
+/// and `b` is deleted. `a`'s weights may be needed again: the directory is trashed only after a
+/// Node read sent after `b` left shows that `a` is still not placed here.
+#[test]
+fn a_co_owner_leaving_never_trashes_a_withdrawn_co_owner_s_weights_on_an_old_witness() {
+    let mut h = H::new();
+    let a = gpu_only(obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", Some("/mnt/models/shared")));
+    let b = obj(&ModelKey::cluster("b"), "b1", "hf://org/repo", Some("/mnt/models/shared"));
+    let gpu = node(&[("gpu", "h100"), ("zone", "a"), ("os", "linux")]);
+    let cpu = node(&[("zone", "a"), ("os", "linux")]);
+    let both = [a.clone(), b.clone()];
+    let marked = [
+        OwnedDir { path: "shared".into(), uid: Uid::new("a1") },
+        OwnedDir { path: "shared".into(), uid: Uid::new("b1") },
+    ];
+    let mut seen = Seen::default();
+    let e = h.start_on(gpu.clone(), true, both.to_vec());
+    run(&mut h, e, &mut seen, &marked, &both);
+    assert_eq!(seen.downloads.len(), 2, "{:?}", seen.downloads);
+    // The gpu label goes: both witnesses agree, `a` is withdrawn, `b` keeps the directory.
+    let e = h.input(Input::NodeObserved(cpu.clone()));
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(a.clone().into()) });
+    let e = h.input(Input::NodeRead { id: one_node_get(&e), result: NodeReadResult::Found(cpu) });
+    run(&mut h, e, &mut seen, &marked, &both);
+    assert_eq!(h.view(&a.key, "a1").life, Life::Withdrawn);
+    assert!(seen.trashed.is_empty(), "b still uses it");
+    // A minute later the label is back on the Node (its watch lags) and `b` is deleted.
+    h.advance(60_000);
+    let e = delete(&mut h, &b);
+    let mut left = Vec::new();
+    let mut e = e;
+    // Complete what `b`'s cleanup asks, leaving any read for the test.
+    for _ in 0..10 {
+        let mut next = Vec::new();
+        for x in std::mem::take(&mut e) {
+            match &x.op {
+                Op::TrashDir { path, .. } => {
+                    seen.trashed.push(path.clone());
+                    next.extend(h.input(Input::EffectDone { id: x.id, outcome: Outcome::Done }));
+                }
+                Op::LiveGet { .. } | Op::LiveGetNode | Op::LiveList { .. } | Op::Snapshot => left.push(x),
+                _ => next.extend(h.input(Input::EffectDone { id: x.id, outcome: Outcome::Done })),
+            }
+        }
+        e = next;
+    }
+    assert!(
+        seen.trashed.is_empty(),
+        "trashed on the witness of a minute ago: {:?} (reads asked: {left:?})",
+        seen.trashed
+    );
+    // The fresh Node read places `a` again: its weights stay.
+    if let Some(id) = left.iter().find(|x| x.op == Op::LiveGetNode).map(|x| x.id) {
+        let e = h.input(Input::NodeRead { id, result: NodeReadResult::Found(gpu) });
+        run(&mut h, e, &mut seen, &marked, std::slice::from_ref(&a));
+    }
+    assert!(seen.trashed.is_empty(), "{:?}", seen.trashed);
 }
