@@ -74,10 +74,15 @@ fn swarm_seeds_found_on_wiped_or_restarted_nodes_pass() {
 /// them (200000284: now `Op::Download::other_source` and the shell's refusal); a member leaving
 /// the directory with its old source's files trashed the directory into which members of
 /// another source had since downloaded theirs under a marker naming it (56, 200000144: now a
-/// live member whose files are there shares the directory, whatever its source).
+/// live member whose files are there shares the directory, whatever its source). And one the
+/// kept directory record of 120008971's fix brought (200000739): the only member switched
+/// source, and its download wrote the withdrawn co-owners of the old source into the marker as
+/// co-owners; one of them, placed again, stayed Ready over the new source's files (the record
+/// is now dropped as before when its member fetches another source there).
 #[test]
 fn swarm_seeds_found_by_source_switches_pass() {
-    for seed in [56, 200_000_144, 200_000_284, 200_000_454, 200_001_003, 200_000_490, 200_002_487] {
+    let seeds = [56, 200_000_144, 200_000_284, 200_000_454, 200_001_003, 200_000_490, 200_002_487, 200_000_739];
+    for seed in seeds {
         let (r, _, knobs) = model_agent_sim::scenario::swarm_run(seed, None, None);
         assert!(r.clean(), "seed {seed} ({knobs:?}): {:#?}", r.invariant_violations);
     }

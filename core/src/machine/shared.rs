@@ -385,8 +385,11 @@ pub(super) fn register(
         }
         let now = draft.map(|d| d.made(key, inc.uid(), models_root));
         if let Some((dir, old)) = before {
-            // Staying in the same directory keeps its record (what its marker is known to name).
-            let stays = now.as_ref().is_some_and(|(d, _)| d == dir);
+            // Staying in the same directory keeps its record (what its marker is known to name),
+            // unless it fetches another source there now: the uids marked for the files it
+            // replaces are not co-owners of its download (`DirView::co_owners`), which would
+            // write them into the marker over files not of their source.
+            let stays = now.as_ref().is_some_and(|(d, m)| d == dir && m.source == old.source);
             leave(dirs, dir, &old.uid, &mut affected, !stays);
         }
         if let Some((dir, member)) = &now {
