@@ -2,7 +2,7 @@
 
 use super::claims::{Contest, contest};
 use super::evidence::decide_exit;
-use super::tables::{PlacementStep, download_stays, placement_step, trash_awaits_witness};
+use super::tables::{PlacementStep, download_stays, placement_step, trash_awaits_witness, witness_fresh};
 use super::watch::displace;
 use super::*;
 
@@ -201,21 +201,13 @@ impl State {
         };
         let before = registrations(slot);
         st.copy_released |= drive(&env, &mut emitter, timers, stats, key, slot);
-        let witness = (env.node_witness_seq, env.trash_hold);
-        if slot.all().any(|inc| waits_for_trash_witness(inc, witness)) {
+        if slot.all().any(|inc| waits_for_trash_witness(inc, &env)) {
             node_reads.wanted = true;
             node_reads.trash_waiting.insert(key.clone());
         }
-        if !before.is_empty() {
-            let gone: Vec<(Arc<str>, Uid)> =
-                before.iter().filter(|(_, uid)| !slot.all().any(|i| i.uid() == uid)).cloned().collect();
-            st.dir_affected.extend(shared::unregister(dirs, &gone));
-        }
+        st.dir_affected.extend(unregister_gone(dirs, &before, slot));
         let held = contest.as_ref().is_some_and(|c| c.held_by.is_some());
-        let affected = shared::register(dirs, key, slot, &config.models_root, (node.as_deref(), held));
-        if !affected.is_empty() {
-            st.dir_affected.extend(affected);
-        }
+        st.dir_affected.extend(shared::register(dirs, key, slot, &config.models_root, (node.as_deref(), held)));
         // A copy whose last user left (a delete, a switch to its own download): the sweep decides.
         st.copy_released |= before.iter().any(|(d, _)| shared::copy_parts(d).is_some() && !dirs.contains_key(d));
         sync_timers(timers, key, slot);
@@ -252,12 +244,28 @@ pub(super) struct Env<'a> {
 
 /// A leaving incarnation whose trash waits for a Node witness newer than the newest one, or
 /// for a step after one that changed the Node view (the witness asked for then wakes it).
-fn waits_for_trash_witness(inc: &Incarnation, (witness_seq, hold): (Option<u64>, bool)) -> bool {
+fn waits_for_trash_witness(inc: &Incarnation, env: &Env) -> bool {
     let Some(share) = inc.share.as_ref() else { return false };
     let after = share.trash_after_seq;
     share.owned_dir.is_some()
         && inc.inflight.is_none()
-        && after.is_some_and(|after| hold || witness_seq.is_none_or(|sent| sent < after))
+        && after.is_some()
+        && (env.trash_hold || !witness_fresh(after, env.node_witness_seq))
+}
+
+/// Unregisters the incarnations registered before a drive (`before`) that the slot no longer
+/// holds; returns the other members of the directories they left.
+fn unregister_gone(
+    dirs: &mut Map<Arc<str>, Arc<shared::DirUse>>,
+    before: &FirstAndRest<(Arc<str>, Uid)>,
+    slot: &Slot,
+) -> Vec<ModelKey> {
+    if before.is_empty() {
+        return Vec::new();
+    }
+    let gone: Vec<(Arc<str>, Uid)> =
+        before.iter().filter(|(_, uid)| !slot.all().any(|i| i.uid() == uid)).cloned().collect();
+    shared::unregister(dirs, &gone)
 }
 
 /// The directories a slot's incarnations are registered in.

@@ -447,9 +447,8 @@ fn withdraw_op(key: &ModelKey, inc: &Incarnation, ctx: &Context, now: Instant) -
     if let Some(unlink) = unlink_op(key, inc, None) {
         return Some(unlink);
     }
-    let (reserved, busy) = trash_blocked(inc, ctx);
     match inc.owned_dir() {
-        Some(path) if !reserved && !busy && !awaits_trash_witness(inc, ctx) => {
+        Some(path) if !trash_blocked(inc, ctx) && !awaits_trash_witness(inc, ctx) => {
             let name = format!("{}-{}", inc.uid(), now.as_ms());
             let op = Op::TrashDir {
                 key: Some(key.clone()),
@@ -463,19 +462,17 @@ fn withdraw_op(key: &ModelKey, inc: &Incarnation, ctx: &Context, now: Instant) -
     }
 }
 
-/// (A reserved artifact, kept; a directory another member still uses, released instead by
-/// `drive`, or being written to by another member, which waits for that download to end.)
-fn trash_blocked(inc: &Incarnation, ctx: &Context) -> (bool, bool) {
+/// A reserved artifact (kept), or a directory another member still uses (released instead by
+/// `drive`) or is writing to (the trash waits for that download to end).
+fn trash_blocked(inc: &Incarnation, ctx: &Context) -> bool {
     let reserved = inc.obj.spec().is_some_and(|s| s.reserve_artifact);
-    let busy = ctx.dir.as_ref().is_some_and(|d| d.busy || d.shared);
-    (reserved, busy)
+    reserved || ctx.dir.as_ref().is_some_and(|d| d.busy || d.shared)
 }
 
 /// Leaving, would it trash a directory whose marker names other uids (once the Node is
 /// witnessed)?
 pub fn trash_needs_witness(inc: &Incarnation, ctx: &Context) -> bool {
-    let (reserved, busy) = trash_blocked(inc, ctx);
-    inc.owned_dir().is_some() && !reserved && !busy && ctx.dir.as_ref().is_some_and(|d| d.named_by_others)
+    inc.owned_dir().is_some() && !trash_blocked(inc, ctx) && ctx.dir.as_ref().is_some_and(|d| d.named_by_others)
 }
 
 /// Leaving, is its trash due but waiting for a Node witness (`awaits_trash_witness`)? A
@@ -492,8 +489,12 @@ pub fn trash_awaits_witness(inc: &Incarnation, ctx: &Context) -> bool {
 fn awaits_trash_witness(inc: &Incarnation, ctx: &Context) -> bool {
     let named_by_others = ctx.dir.as_ref().is_some_and(|d| d.named_by_others);
     let after = inc.share.as_ref().and_then(|s| s.trash_after_seq);
-    let fresh = matches!((after, ctx.node_witness_seq), (Some(after), Some(sent)) if sent >= after);
-    named_by_others && (ctx.trash_hold || !fresh)
+    named_by_others && (ctx.trash_hold || !witness_fresh(after, ctx.node_witness_seq))
+}
+
+/// A Node witness sent at or after the step a trash began to wait (`Share::trash_after_seq`).
+pub fn witness_fresh(waiting_since_seq: Option<u64>, witness_sent_seq: Option<u64>) -> bool {
+    matches!((waiting_since_seq, witness_sent_seq), (Some(since), Some(sent)) if sent >= since)
 }
 
 /// Fetching: `Updating` first (unless `skips_updating`), then the check or the download.

@@ -76,63 +76,9 @@ fn run(h: &mut H, mut effects: Vec<Effect>, seen: &mut Seen, owned: &[OwnedDir],
             next.extend(h.input(Input::EffectDone { id, outcome }));
         }
         for e in &effects {
-            let done = Input::EffectDone { id: e.id, outcome: Outcome::Done };
-            let input = match &e.op {
-                Op::Resolve { .. } => {
-                    seen.resolves += 1;
-                    Input::EffectDone { id: e.id, outcome: Outcome::Resolved { commit: COMMIT.into() } }
-                }
-                Op::Download { uid, dest, co_owners, keep_marked, .. } => {
-                    let co = co_owners.iter().map(|u| u.to_string()).collect();
-                    let dest = dest.beneath_root().map(str::to_string).unwrap();
-                    seen.mark(&dest, uid, co_owners, *keep_marked);
-                    seen.downloads.push((uid.to_string(), dest, co));
-                    downloading.push(e.id);
-                    continue;
-                }
-                Op::Link { link, .. } if seen.occupied.contains(link) => {
-                    Input::EffectDone { id: e.id, outcome: Outcome::Occupied(format!("{link} is a directory")) }
-                }
-                Op::Link { link, copy, .. } => {
-                    seen.links.push((link.clone(), copy.clone()));
-                    done
-                }
-                Op::Unlink { link, copy, .. } => {
-                    seen.unlinks.push((link.clone(), copy.clone()));
-                    done
-                }
-                Op::TrashDir { path, .. } => {
-                    seen.trashed.push(path.clone());
-                    done
-                }
-                Op::Publish { cm_key, entry, .. } => {
-                    seen.entries.insert(cm_key.clone(), (**entry).clone());
-                    done
-                }
-                Op::Unpublish { cm_key, .. } => {
-                    seen.entries.remove(cm_key);
-                    done
-                }
-                Op::LiveList { kind } => {
-                    let objs = listed.iter().filter(|o| o.key.kind == *kind).cloned().map(Arc::new).collect();
-                    Input::LiveList { id: e.id, result: ListResult::Listed(objs) }
-                }
-                Op::Snapshot if seen.snapshots_held.is_some() => {
-                    seen.snapshots_held.as_mut().expect("checked").push(e.id);
-                    continue;
-                }
-                Op::Snapshot => Input::DriftObserved { id: e.id, snapshot: seen.snapshot(owned) },
-                Op::ProbeRoot => Input::RootProbed { id: e.id, probe: RootProbe::healthy(true) },
-                // The Node as this agent last saw it: a trash of a directory whose marker names
-                // other uids waits for such a witness.
-                Op::LiveGetNode => match h.s.node.as_deref() {
-                    Some(node) => Input::NodeRead { id: e.id, result: NodeReadResult::Found(node.clone()) },
-                    None => continue,
-                },
-                Op::LiveGet { .. } | Op::CancelDownload { .. } => continue,
-                _ => done,
-            };
-            next.extend(h.input(input));
+            if let Some(input) = answer(h, e, seen, (owned, listed), &mut downloading) {
+                next.extend(h.input(input));
+            }
         }
         seen.concurrent_max = seen.concurrent_max.max(downloading.len());
         if next.is_empty() && downloading.is_empty() {
@@ -141,6 +87,74 @@ fn run(h: &mut H, mut effects: Vec<Effect>, seen: &mut Seen, owned: &[OwnedDir],
         effects = next;
     }
     panic!("effects did not settle");
+}
+
+/// `run`'s answer to one effect; none for an effect left unanswered (a download answers in the
+/// next round, from `downloading`).
+fn answer(
+    h: &H,
+    e: &Effect,
+    seen: &mut Seen,
+    (owned, listed): (&[OwnedDir], &[ModelObject]),
+    downloading: &mut Vec<EffectId>,
+) -> Option<Input> {
+    let done = Input::EffectDone { id: e.id, outcome: Outcome::Done };
+    let input = match &e.op {
+        Op::Resolve { .. } => {
+            seen.resolves += 1;
+            Input::EffectDone { id: e.id, outcome: Outcome::Resolved { commit: COMMIT.into() } }
+        }
+        Op::Download { uid, dest, co_owners, keep_marked, .. } => {
+            let co = co_owners.iter().map(|u| u.to_string()).collect();
+            let dest = dest.beneath_root().map(str::to_string).unwrap();
+            seen.mark(&dest, uid, co_owners, *keep_marked);
+            seen.downloads.push((uid.to_string(), dest, co));
+            downloading.push(e.id);
+            return None;
+        }
+        Op::Link { link, .. } if seen.occupied.contains(link) => {
+            Input::EffectDone { id: e.id, outcome: Outcome::Occupied(format!("{link} is a directory")) }
+        }
+        Op::Link { link, copy, .. } => {
+            seen.links.push((link.clone(), copy.clone()));
+            done
+        }
+        Op::Unlink { link, copy, .. } => {
+            seen.unlinks.push((link.clone(), copy.clone()));
+            done
+        }
+        Op::TrashDir { path, .. } => {
+            seen.trashed.push(path.clone());
+            done
+        }
+        Op::Publish { cm_key, entry, .. } => {
+            seen.entries.insert(cm_key.clone(), (**entry).clone());
+            done
+        }
+        Op::Unpublish { cm_key, .. } => {
+            seen.entries.remove(cm_key);
+            done
+        }
+        Op::LiveList { kind } => {
+            let objs = listed.iter().filter(|o| o.key.kind == *kind).cloned().map(Arc::new).collect();
+            Input::LiveList { id: e.id, result: ListResult::Listed(objs) }
+        }
+        Op::Snapshot if seen.snapshots_held.is_some() => {
+            seen.snapshots_held.as_mut().expect("checked").push(e.id);
+            return None;
+        }
+        Op::Snapshot => Input::DriftObserved { id: e.id, snapshot: seen.snapshot(owned) },
+        Op::ProbeRoot => Input::RootProbed { id: e.id, probe: RootProbe::healthy(true) },
+        // The Node as this agent last saw it: a trash of a directory whose marker names
+        // other uids waits for such a witness.
+        Op::LiveGetNode => match h.s.node.as_deref() {
+            Some(node) => Input::NodeRead { id: e.id, result: NodeReadResult::Found(node.clone()) },
+            None => return None,
+        },
+        Op::LiveGet { .. } | Op::CancelDownload { .. } => return None,
+        _ => done,
+    };
+    Some(input)
 }
 
 fn delete(h: &mut H, o: &ModelObject) -> Vec<Effect> {
@@ -915,19 +929,19 @@ fn a_download_sent_after_the_first_snapshot_names_the_live_models_of_another_sou
     // Nothing in this run has shown prefill's files there (its own check comes after), so the
     // core's rule cannot hold decode back: the download names prefill, and the shell, which
     // reads the manifest, refuses to replace files of another source for it.
-    let downloads: Vec<(String, Vec<String>, bool, Vec<String>)> = all
-        .iter()
-        .filter_map(|e| match &e.op {
-            Op::Download { uid, co_owners, keep_marked, other_source, .. } => Some((
-                uid.to_string(),
-                co_owners.iter().map(|u| u.to_string()).collect(),
-                *keep_marked,
-                other_source.iter().map(|u| u.to_string()).collect(),
-            )),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(downloads, vec![("d1".to_string(), Vec::<String>::new(), false, vec!["p1".to_string()])]);
+    assert_eq!(download_owners(&all), vec![("d1".to_string(), Vec::<String>::new(), false, vec!["p1".to_string()])]);
+}
+
+/// Each download's (uid, co_owners, keep_marked, other_source).
+fn download_owners(effects: &[Effect]) -> Vec<(String, Vec<String>, bool, Vec<String>)> {
+    let names = |uids: &[Uid]| uids.iter().map(|u| u.to_string()).collect();
+    let owners = |e: &Effect| match &e.op {
+        Op::Download { uid, co_owners, keep_marked, other_source, .. } => {
+            Some((uid.to_string(), names(co_owners), *keep_marked, names(other_source)))
+        }
+        _ => None,
+    };
+    effects.iter().filter_map(owners).collect()
 }
 
 #[test]
