@@ -687,6 +687,9 @@ impl World {
             set_shared(&mut self.api.labels[node], &mut self.api.strings, label_key, status.as_str());
             set_shared(&mut self.label_writer[node], &mut self.api.strings, label_key, uid.as_str());
         }
+        if *label == Some(ModelStatus::Ready) {
+            self.check_ready_on_its_files(node, uid);
+        }
         let api = &mut self.api;
         let held = api.entries[node].get(cm_key);
         // Most publishes rewrite what is there: the uid is looked up among the shared strings
@@ -859,6 +862,24 @@ impl World {
             );
             self.violation_on(node, Some(&key), text);
         }
+    }
+
+    /// A Ready label for a model that downloads into its own path (not a shared copy) where the
+    /// node holds no files of its source: it would be served weights that are gone or another
+    /// model's. Decided from the ground truth alone, with no allowance: only the agent changes
+    /// what a node's directories hold, and it never takes files a Ready holder stands on.
+    fn check_ready_on_its_files(&mut self, node: usize, uid: &Uid) {
+        let Some(obj) = self.api.live_here(uid.as_str(), node) else { return };
+        let spec = obj.spec();
+        let Some(dir) = oracle::download_dir(spec, &self.config.models_root).filter(|_| !oracle::reuses(spec)) else {
+            return;
+        };
+        if self.nodes[node].files.get(&dir).is_some_and(|source| **source == *spec.storage_uri) {
+            return;
+        }
+        let (key, held) = (obj.key.clone(), self.nodes[node].files.get(&dir).cloned());
+        let text = format!("{key} uid {uid} labelled Ready on {dir}, which holds {held:?}, not its source's files");
+        self.violation_on(node, Some(&key), text);
     }
 
     fn exec_trash(

@@ -88,6 +88,24 @@ fn swarm_seeds_found_by_source_switches_pass() {
     }
 }
 
+/// Swarm seeds found on 2026-12-07 by the check that a model is labelled Ready only where its
+/// path holds files of its own source (`World::check_ready_on_its_files`; without the fix, 4 of
+/// the seeds 200,000,000-200,000,999 failed on it). A model that left a node (its placement
+/// exit witnessed) released its directory to a live co-owner of its source and kept its
+/// download as done; the co-owner was then deleted and trashed the directory, and in two of
+/// them a model of another source downloaded its files there. Placed on the node again, the
+/// first model was published Ready at once, on files that were gone (200,000,055,
+/// 200,000,269) or another source's (200,000,217, 200,000,739). A release now forgets the fetch
+/// into the directory it gives up (`settle::share_step`): placed again, the model fetches
+/// again, which costs a listing and a size check while the co-owner's files are still there.
+#[test]
+fn swarm_seeds_found_by_the_ready_on_its_own_files_check_pass() {
+    for seed in [200_000_055, 200_000_217, 200_000_269, 200_000_739] {
+        let (r, _, knobs) = model_agent_sim::scenario::swarm_run(seed, None, None);
+        assert!(r.clean(), "seed {seed} ({knobs:?}): {:#?}", r.invariant_violations);
+    }
+}
+
 /// Swarm seed 120,008,971 (found running 120,000,000-120,011,999): a ClusterBaseModel and a
 /// BaseModel shared one path on a node, and the marker named both. The node did not match the
 /// ClusterBaseModel's nodeSelector: its exit was witnessed and it was withdrawn, leaving the

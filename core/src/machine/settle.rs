@@ -400,6 +400,13 @@ fn share_step(inc: &mut Incarnation, ctx: &Context, want: &Want, seq: u64) -> bo
         let copy = shared::in_artifacts(dir);
         let shared = ctx.dir.as_ref().is_some_and(|d| d.shared);
         if copy || shared {
+            // What it fetched there is no longer its to vouch for: the others may trash it
+            // before it is placed here again, and then it fetches again (as after its own trash).
+            let fetched_there =
+                matches!(&inc.fetched, Fetched::Done(done) if done.plan.fetch_into().is_some_and(|(_, d)| d == dir));
+            if fetched_there {
+                inc.fetched = Fetched::No;
+            }
             inc.set_owned_dir(None);
             // The sweep is asked for only when no one else uses the copy: every snapshot gives
             // a leaving uid the copy its marker names again.

@@ -1049,3 +1049,81 @@ fn a_co_owner_leaving_never_trashes_a_withdrawn_co_owner_s_weights_on_an_old_wit
     }
     assert!(seen.trashed.is_empty(), "{:?}", seen.trashed);
 }
+
+#[test]
+fn a_withdrawn_co_owner_returning_after_the_other_trashed_the_directory_downloads_again() {
+    // `a` and `b` share a path with one source. `a` leaves the node (its label goes) and
+    // releases the directory to `b`; `b` is then deleted and trashes it. `a`, placed here again,
+    // must not be Ready on files that are gone: it downloads them again first.
+    let mut h = H::new();
+    let a = gpu_only(obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", Some("/mnt/models/shared")));
+    let b = obj(&ModelKey::cluster("b"), "b1", "hf://org/repo", Some("/mnt/models/shared"));
+    let gpu = node(&[("gpu", "h100"), ("zone", "a"), ("os", "linux")]);
+    let cpu = node(&[("zone", "a"), ("os", "linux")]);
+    let both = [a.clone(), b.clone()];
+    let marked = ["a1", "b1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u) });
+    let mut seen = Seen::default();
+    let e = h.start_on(gpu.clone(), true, both.to_vec());
+    run(&mut h, e, &mut seen, &marked, &both);
+    assert_eq!(seen.downloads.len(), 2, "{:?}", seen.downloads);
+    let e = h.input(Input::NodeObserved(cpu.clone()));
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(a.clone().into()) });
+    let e = h.input(Input::NodeRead { id: one_node_get(&e), result: NodeReadResult::Found(cpu) });
+    run(&mut h, e, &mut seen, &marked, &both);
+    assert_eq!(h.view(&a.key, "a1").life, Life::Withdrawn);
+    assert!(seen.trashed.is_empty(), "b still uses it");
+    let e = delete(&mut h, &b);
+    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&a));
+    assert_eq!(seen.trashed, vec!["shared".to_string()], "b, the last one there, trashes it");
+    // `a` is placed here again: Updating, a download, and only then Ready.
+    let downloads = seen.downloads.len();
+    let e = h.input(Input::NodeObserved(gpu));
+    let published: Vec<ModelStatus> = e
+        .iter()
+        .filter_map(|e| match &e.op {
+            Op::Publish { uid, label: Some(status), .. } if uid.as_str() == "a1" => Some(*status),
+            _ => None,
+        })
+        .collect();
+    assert_ne!(published.first(), Some(&ModelStatus::Ready), "Ready on trashed files: {e:?}");
+    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&a));
+    assert_eq!(seen.downloads.len(), downloads + 1, "{:?}", seen.downloads);
+    let ready = Published::Status { status: ModelStatus::Ready, reason: None };
+    assert_eq!(h.view(&a.key, "a1").published, ready);
+}
+
+#[test]
+fn a_withdrawn_co_owner_returning_after_another_source_took_the_directory_is_not_ready_on_its_files() {
+    // `a` and `c` share a path with one source; `b` names the same path with another and is
+    // Failed while they hold it. `a` leaves the node and releases the directory to `c`; `c` is
+    // deleted and trashes it; `b` downloads its own source there. `a`, placed here again, is
+    // never Ready on `b`'s files.
+    let mut h = H::new();
+    let a = gpu_only(obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", Some("/mnt/models/shared")));
+    let b = obj(&ModelKey::cluster("b"), "b1", "hf://org/other", Some("/mnt/models/shared"));
+    let c = obj(&ModelKey::cluster("c"), "c1", "hf://org/repo", Some("/mnt/models/shared"));
+    let gpu = node(&[("gpu", "h100"), ("zone", "a"), ("os", "linux")]);
+    let cpu = node(&[("zone", "a"), ("os", "linux")]);
+    let all = [a.clone(), b.clone(), c.clone()];
+    let mut seen = Seen { markers: Some(BTreeMap::new()), ..Seen::default() };
+    let e = h.start_on(gpu.clone(), true, all.to_vec());
+    run(&mut h, e, &mut seen, &[], &all);
+    let uids = |seen: &Seen| seen.downloads.iter().map(|d| d.0.clone()).collect::<Vec<_>>();
+    assert_eq!(uids(&seen), ["a1", "c1"]);
+    let e = h.input(Input::NodeObserved(cpu.clone()));
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(a.clone().into()) });
+    let e = h.input(Input::NodeRead { id: one_node_get(&e), result: NodeReadResult::Found(cpu) });
+    run(&mut h, e, &mut seen, &[], &all);
+    assert_eq!(h.view(&a.key, "a1").life, Life::Withdrawn);
+    let e = delete(&mut h, &c);
+    run(&mut h, e, &mut seen, &[], &[a.clone(), b.clone()]);
+    assert_eq!(seen.trashed, vec!["shared".to_string()]);
+    assert_eq!(uids(&seen), ["a1", "c1", "b1"], "b downloads its source once the path is free");
+    let e = h.input(Input::NodeObserved(gpu));
+    run(&mut h, e, &mut seen, &[], &[a.clone(), b.clone()]);
+    assert_eq!(uids(&seen), ["a1", "c1", "b1"], "nothing over b's files");
+    match h.view(&a.key, "a1").published {
+        Published::Status { status: ModelStatus::Failed, .. } => {}
+        other => panic!("a must be Failed while b holds the path: {other:?}"),
+    }
+}

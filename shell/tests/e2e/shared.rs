@@ -267,3 +267,37 @@ fn t33_a_co_owner_moved_to_another_repo_while_the_agent_was_down_leaves_the_othe
     wait_until("the path trashed", Duration::from_secs(30), || !same.exists());
     agent.stop();
 }
+
+/// Two models on one path and one source. One leaves the node (its nodeSelector no longer
+/// matches) and gives the directory up to the other; the other is deleted and trashes it. Placed
+/// on the node again, the first is not Ready on files that are gone: it downloads them again,
+/// and its label reads Ready only once they are there.
+#[test]
+#[ignore = "needs a real kube-apiserver: run by scripts/e2e"]
+fn t34_a_co_owner_placed_again_after_the_other_trashed_the_path_downloads_it_again() {
+    super::setup();
+    let n = "e2e-share4";
+    node(n);
+    let hub = hub();
+    let root = scratch("e2e-share4-root");
+    let same = root.join("same");
+    let a_on =
+        |to: &str| model_of(REPO, "kind: ClusterBaseModel\nmetadata: {name: e2e-back-a}", to, &same, "AlwaysDownload");
+    let (a_label, b_label) = ("models.ome.io/clusterbasemodel.e2e-back-a", "models.ome.io/clusterbasemodel.e2e-back-b");
+    let agent = agent(&hub, n, &root);
+    apply(&a_on(n));
+    apply(&cluster_model("e2e-back-b", n, &same, "AlwaysDownload"));
+    wait_until("both on one path Ready", Duration::from_secs(60), || ready(n, a_label) && ready(n, b_label));
+    apply(&a_on("e2e-nowhere"));
+    wait_until("a's label removed", Duration::from_secs(30), || !labels(n).contains_key(a_label));
+    assert!(same.join(".model-agent-manifest.json").is_file() && ready(n, b_label), "b keeps the path");
+    kubectl(&["delete", "clusterbasemodel", "e2e-back-b"]);
+    wait_until("the path trashed by b, the last one there", Duration::from_secs(30), || !same.exists());
+    apply(&a_on(n));
+    wait_until("a Ready again", Duration::from_secs(60), || ready(n, a_label));
+    assert!(same.join(".model-agent-manifest.json").is_file(), "a labelled Ready on a path that is gone");
+    assert_files_match(&hub, REPO, &same);
+    kubectl(&["delete", "clusterbasemodel", "e2e-back-a"]);
+    wait_until("the path trashed", Duration::from_secs(30), || !same.exists());
+    agent.stop();
+}
