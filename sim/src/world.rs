@@ -864,17 +864,19 @@ impl World {
         }
     }
 
-    /// A Ready label for a model that downloads into its own path (not a shared copy) where the
-    /// node holds no files of its source: it would be served weights that are gone or another
+    /// A Ready label for a model that downloads where the node holds no files of its source, at
+    /// its path or in its shared copy: it would be served weights that are gone or another
     /// model's. Decided from the ground truth alone, with no allowance: only the agent changes
     /// what a node's directories hold, and it never takes files a Ready holder stands on.
     fn check_ready_on_its_files(&mut self, node: usize, uid: &Uid) {
         let Some(obj) = self.api.live_here(uid.as_str(), node) else { return };
         let spec = obj.spec();
-        let Some(dir) = oracle::download_dir(spec, &self.config.models_root).filter(|_| !oracle::reuses(spec)) else {
-            return;
-        };
+        let Some(dir) = oracle::download_dir(spec, &self.config.models_root) else { return };
         if self.nodes[node].files.get(&dir).is_some_and(|source| **source == *spec.storage_uri) {
+            return;
+        }
+        // A shared copy's path names its commit: Ready while the copy is there.
+        if oracle::copy_dir(spec).is_some_and(|copy| self.nodes[node].files.contains_key(&copy)) {
             return;
         }
         let (key, held) = (obj.key.clone(), self.nodes[node].files.get(&dir).cloned());
