@@ -9,8 +9,8 @@ use std::sync::Arc;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use model_agent_core::machine::{
-    Config, DownloadEnd, DownloadResult, DriftSnapshot, Effect, Input, ListResult, NodeReadResult, Note, Op, Output,
-    OwnedDir, ReadResult, RootProbe, WatchEvent,
+    Config, DownloadEnd, DownloadResult, DriftSnapshot, Effect, Fetched, Input, ListResult, NodeReadResult, Note, Op,
+    Output, OwnedDir, ReadResult, RootProbe, WatchEvent,
 };
 use model_agent_core::placement::NodeView;
 use model_agent_core::prng::Prng;
@@ -864,24 +864,30 @@ impl World {
         }
     }
 
-    /// A Ready label for a model that downloads where the node holds no files of its source, at
-    /// its path or in its shared copy: it would be served weights that are gone or another
-    /// model's. Decided from the ground truth alone, with no allowance: only the agent changes
-    /// what a node's directories hold, and it never takes files a Ready holder stands on.
+    /// A Ready label for a model that downloads where the node holds no files of the source it
+    /// was fetched from, at its path or in its shared copy: it would be served weights that are
+    /// gone or another model's. The core's claim is its own record of the fetch (it may not have
+    /// seen a newer spec yet); the upstream model's, the spec. Decided from the ground truth
+    /// (only the agents change what a node's directories hold), with no allowance.
     fn check_ready_on_its_files(&mut self, node: usize, uid: &Uid) {
         let Some(obj) = self.api.live_here(uid.as_str(), node) else { return };
-        let spec = obj.spec();
-        let Some(dir) = oracle::download_dir(spec, &self.config.models_root) else { return };
-        if self.nodes[node].files.get(&dir).is_some_and(|source| **source == *spec.storage_uri) {
-            return;
+        let (key, spec) = (obj.key.clone(), obj.spec().clone());
+        let claim: Option<(String, String)> = match &self.nodes[node].agent {
+            Agent::Core(state) => match state.incarnation(&key, uid).map(|v| v.fetched) {
+                Some(Fetched::Done(done)) => done.plan.fetch_into().map(|(s, d)| (s.to_string(), d.to_string())),
+                _ => None,
+            },
+            _ if oracle::reuses(&spec) => None,
+            _ => oracle::download_dir(&spec, &self.config.models_root).map(|dir| (spec.storage_uri.to_string(), dir)),
+        };
+        let Some((source, dir)) = claim else { return };
+        let held = self.nodes[node].files.get(&dir).cloned();
+        // A shared copy's path names its commit: whoever downloaded it, it is this one's.
+        let holds = held.as_deref().is_some_and(|h| *h == *source || is_copy(&dir));
+        if !holds {
+            let text = format!("{key} uid {uid} labelled Ready on {dir}, which holds {held:?}, not {source}'s files");
+            self.violation_on(node, Some(&key), text);
         }
-        // A shared copy's path names its commit: Ready while the copy is there.
-        if oracle::copy_dir(spec).is_some_and(|copy| self.nodes[node].files.contains_key(&copy)) {
-            return;
-        }
-        let (key, held) = (obj.key.clone(), self.nodes[node].files.get(&dir).cloned());
-        let text = format!("{key} uid {uid} labelled Ready on {dir}, which holds {held:?}, not its source's files");
-        self.violation_on(node, Some(&key), text);
     }
 
     fn exec_trash(

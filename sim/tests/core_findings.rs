@@ -106,6 +106,17 @@ fn swarm_seeds_found_by_the_ready_on_its_own_files_check_pass() {
     }
 }
 
+/// Swarm seed 7,006,201 (found 2026-12-07 running 7,000,000-7,007,999): a model withdrawn from
+/// a node on two agreeing witnesses left its shared copy to the orphan sweep; the node was
+/// labelled for it again, but the Node watch lagged 30 s, and the sweep trashed the copy on the
+/// core's old Node view although its LISTs showed the model alive. The sweep now waits for a live
+/// read of the Node sent since it began before it trashes a copy such a model may use.
+#[test]
+fn swarm_seed_7006201_keeps_a_copy_on_an_old_node_view() {
+    let (r, _, knobs) = model_agent_sim::scenario::swarm_run(7_006_201, None, None);
+    assert!(r.clean(), "({knobs:?}): {:#?}", r.invariant_violations);
+}
+
 /// Swarm seed 120,008,971 (found running 120,000,000-120,011,999): a ClusterBaseModel and a
 /// BaseModel shared one path on a node, and the marker named both. The node did not match the
 /// ClusterBaseModel's nodeSelector: its exit was witnessed and it was withdrawn, leaving the

@@ -12,6 +12,9 @@ pub(super) struct OrphanCheck {
     pub(super) dirs: Vec<(String, Vec<Uid>)>,
     pub(super) lists: [Option<EffectId>; 2],
     pub(super) listed: [Option<Arc<Vec<Arc<ModelObject>>>>; 2],
+    /// The step it began: a copy that only a model the Node view does not place may use waits
+    /// for a live read of the Node sent from then on (`sweep_awaits_node_witness`).
+    pub(super) began_seq: u64,
 }
 
 impl State {
@@ -118,6 +121,7 @@ impl State {
                 .map(|((k, e), _)| (k.to_string(), e.uid.clone()))
                 .collect(),
             dirs: unclaimed_dirs(&snap.owned_dirs, &claimed.uids, &self.dirs),
+            began_seq: st.seq,
             ..OrphanCheck::default()
         };
         let any = !check.labels.is_empty() || !check.entries.is_empty() || !check.dirs.is_empty();
@@ -138,10 +142,44 @@ impl State {
         if check.listed.iter().any(Option::is_none) {
             return;
         }
-        let check = self.orphan_check.take().expect("checked above");
-        if self.shutting_down {
+        self.resume_orphan_check(st);
+    }
+
+    /// Once its LISTs are in (and, where `sweep_awaits_node_witness`, a fresh Node witness),
+    /// the orphan check decides.
+    pub(super) fn resume_orphan_check(&mut self, st: &mut Step) {
+        let listed = self.orphan_check.as_ref().is_some_and(|c| c.listed.iter().all(Option::is_some));
+        if !listed || self.shutting_down {
             return;
         }
+        let check = self.orphan_check.take().expect("checked above");
+        if self.sweep_awaits_node_witness(&check) {
+            self.node_reads.wanted = true;
+            self.orphan_check = Some(check);
+            return;
+        }
+        self.finish_orphan_check(st, &check);
+    }
+
+    /// A copy that a live model may use, were it placed here, while the Node view does not place
+    /// it: that view may be old (the label back, its watch event not yet come), as the core's
+    /// exit evidence was (swarm seed 7006201). Trashed only on a Node witness sent since the
+    /// check began, which then places the model again or not.
+    fn sweep_awaits_node_witness(&self, check: &OrphanCheck) -> bool {
+        let witness_seq = self.node_reads.witness.as_ref().map(|w| w.sent.seq);
+        if tables::witness_fresh(Some(check.began_seq), witness_seq) {
+            return false;
+        }
+        let listed: Vec<&ModelObject> = check.listed.iter().flatten().flat_map(|v| v.iter().map(|o| &**o)).collect();
+        check.dirs.iter().any(|(path, _)| {
+            shared::copy_parts(path).is_some()
+                && !self.dirs.contains_key(path.as_str())
+                && !self.copy_may_be_used(&listed, path, true)
+                && self.copy_may_be_used(&listed, path, false)
+        })
+    }
+
+    fn finish_orphan_check(&mut self, st: &mut Step, check: &OrphanCheck) {
         let listed = check.listed.iter().flatten().flat_map(|v| v.iter());
         let mut labels = BTreeSet::new();
         let mut entries = BTreeSet::new();
@@ -182,7 +220,7 @@ impl State {
             // A copy is kept by its users, not by the uids in its marker: a model that switched
             // to its own download still lives, and its marker uid must not keep the copy.
             let kept = match shared::copy_parts(path) {
-                Some(_) => self.copy_may_be_used(&listed, path),
+                Some(_) => self.copy_may_be_used(&listed, path, true),
                 None => marker_uids.iter().any(|u| uids.contains(u)),
             };
             if kept || self.dirs.contains_key(path.as_str()) {
@@ -197,11 +235,12 @@ impl State {
         }
     }
 
-    /// May a model placed here, listed now or known, use the copy `rel` (`shared::may_use_copy`)?
-    fn copy_may_be_used(&self, listed: &[&ModelObject], rel: &str) -> bool {
+    /// May a model placed here (any, unless `placed_only`), listed now or known, use the copy
+    /// `rel` (`shared::may_use_copy`)?
+    fn copy_may_be_used(&self, listed: &[&ModelObject], rel: &str, placed_only: bool) -> bool {
         let node = self.node.as_deref();
         let placed = |obj: &ModelObject| match (obj.spec(), node) {
-            (Some(spec), Some(node)) => placement(spec, node).is_eligible(),
+            (Some(spec), Some(node)) if placed_only => placement(spec, node).is_eligible(),
             _ => true,
         };
         let known_commit = |obj: &ModelObject| {

@@ -90,6 +90,7 @@ impl State {
                 st.dirty.extend(self.node_reads.waiting.iter().cloned());
                 st.dirty.extend(std::mem::take(&mut self.node_reads.trash_waiting));
                 self.adopt_node(st, node, sent.seq);
+                self.resume_orphan_check(st);
                 return;
             }
             Some(NodeReadResult::Found(node)) => {

@@ -398,7 +398,10 @@ fn share_step(inc: &mut Incarnation, ctx: &Context, want: &Want, seq: u64) -> bo
     }
     if let (Want::Absent, Some(dir)) = (want, inc.owned_dir()) {
         let copy = shared::in_artifacts(dir);
-        let shared = ctx.dir.as_ref().is_some_and(|d| d.shared);
+        // A reserved model keeps its directory (`trash_blocked`): released, the co-owner's
+        // delete would trash the weights the reserve label keeps.
+        let reserved = inc.obj.spec().is_some_and(|s| s.reserve_artifact);
+        let shared = ctx.dir.as_ref().is_some_and(|d| d.shared) && !reserved;
         if copy || shared {
             // What it fetched there is no longer its to vouch for: the others may trash it
             // before it is placed here again, and then it fetches again (as after its own trash).

@@ -1127,3 +1127,73 @@ fn a_withdrawn_co_owner_returning_after_another_source_took_the_directory_is_not
         other => panic!("a must be Failed while b holds the path: {other:?}"),
     }
 }
+
+#[test]
+fn the_sweep_never_trashes_a_copy_a_model_placed_again_may_use_on_an_old_node_view() {
+    // `m` uses the node's copy; the node loses the label `m` selects, both witnesses agree, and
+    // `m` is withdrawn, leaving the copy to the sweep. The label comes back, but its watch event
+    // lags: the sweep's LISTs show `m` alive while the core's Node view does not place it. The
+    // copy stays once a live read of the Node, sent for the sweep, places `m` again.
+    let mut h = H::new();
+    let m = gpu_only(reuse(&ModelKey::cluster("m"), "u1", "/mnt/models/m"));
+    let gpu = node(&[("gpu", "h100"), ("zone", "a"), ("os", "linux")]);
+    let cpu = node(&[("zone", "a"), ("os", "linux")]);
+    let marked = copy_marked(&["u1"]);
+    let listed = [m.clone()];
+    let mut seen = Seen::default();
+    let e = h.start_on(gpu.clone(), true, vec![m.clone()]);
+    run(&mut h, e, &mut seen, &marked, &listed);
+    assert_eq!(seen.links.len(), 1, "{:?}", seen.links);
+    let e = h.input(Input::NodeObserved(cpu.clone()));
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(m.clone().into()) });
+    let e = h.input(Input::NodeRead { id: one_node_get(&e), result: NodeReadResult::Found(cpu) });
+    run(&mut h, e, &mut seen, &marked, &listed);
+    assert_eq!(h.view(&m.key, "u1").life, Life::Withdrawn);
+    assert_eq!(seen.unlinks.len(), 1);
+    // The sweep: its snapshot shows the copy, its LISTs show `m`, and the Node (read live, as
+    // the API server serves it now) carries the label again.
+    let mut e = h.advance(shared::SWEEP_DELAY_MS);
+    let mut node_reads = 0;
+    for _ in 0..50 {
+        let mut next = Vec::new();
+        for x in std::mem::take(&mut e) {
+            let input = match &x.op {
+                Op::LiveGetNode => {
+                    node_reads += 1;
+                    Some(Input::NodeRead { id: x.id, result: NodeReadResult::Found(gpu.clone()) })
+                }
+                _ => answer(&h, &x, &mut seen, (&marked, &listed), &mut Vec::new()),
+            };
+            next.extend(input.map(|i| h.input(i)).unwrap_or_default());
+        }
+        e = next;
+    }
+    assert!(seen.trashed.is_empty(), "the copy `m` uses trashed on an old Node view: {:?}", seen.trashed);
+    assert!(node_reads >= 1, "the sweep asked for no live read of the Node");
+}
+
+#[test]
+fn a_reserved_model_that_leaves_keeps_its_directory_when_a_co_owner_is_deleted() {
+    // `a` carries the reserve label: its weights stay on the node when it goes. It leaves the
+    // node while `b` shares its path; `b` is then deleted. `b` releases the directory to `a`
+    // rather than trashing it.
+    let mut h = H::new();
+    let mut a = gpu_only(obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", Some("/mnt/models/shared")));
+    Arc::make_mut(a.spec.as_mut().unwrap()).reserve_artifact = true;
+    let b = obj(&ModelKey::cluster("b"), "b1", "hf://org/repo", Some("/mnt/models/shared"));
+    let gpu = node(&[("gpu", "h100"), ("zone", "a"), ("os", "linux")]);
+    let cpu = node(&[("zone", "a"), ("os", "linux")]);
+    let both = [a.clone(), b.clone()];
+    let marked = ["a1", "b1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u) });
+    let mut seen = Seen::default();
+    let e = h.start_on(gpu, true, both.to_vec());
+    run(&mut h, e, &mut seen, &marked, &both);
+    let e = h.input(Input::NodeObserved(cpu.clone()));
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(a.clone().into()) });
+    let e = h.input(Input::NodeRead { id: one_node_get(&e), result: NodeReadResult::Found(cpu) });
+    run(&mut h, e, &mut seen, &marked, &both);
+    assert_eq!(h.view(&a.key, "a1").life, Life::Withdrawn);
+    let e = delete(&mut h, &b);
+    run(&mut h, e, &mut seen, &marked, std::slice::from_ref(&a));
+    assert!(seen.trashed.is_empty(), "a reserved model's weights trashed: {:?}", seen.trashed);
+}
