@@ -332,7 +332,11 @@ fn observe_incarnation(inc: &mut Incarnation, seen: &Seen, label_is_its: bool, d
         changed = true;
     }
     let named = |path: &str| dirs.named.contains(&path);
-    match (dirs.named.first(), &inc.fetched) {
+    // A leaving incarnation is not given a shared copy its marker names: it would release it
+    // at once, ask for the sweep, and the sweep's snapshot would give it the copy again (a
+    // snapshot a second while the copy stays). Copies are the sweep's to remove, not a member's.
+    let first = dirs.named.iter().copied().find(|d| inc.may_stay() || !shared::in_artifacts(d));
+    match (first, &inc.fetched) {
         (Some(first), _) if inc.owned_dir().is_none() => {
             // Where it would fetch, if a marker names it there; else the first that does.
             let own = match &inc.dest {
