@@ -157,6 +157,27 @@ fn answer(
     Some(input)
 }
 
+/// `a`, placed only where the gpu label is, and `b`, placed everywhere: one source, one path.
+fn pair_at_shared() -> (ModelObject, ModelObject) {
+    let at = Some("/mnt/models/shared");
+    (
+        gpu_only(obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", at)),
+        obj(&ModelKey::cluster("b"), "b1", "hf://org/repo", at),
+    )
+}
+
+/// A node that places `gpu_only` models, and the same node once the label is gone.
+fn gpu_and_cpu() -> (NodeView, NodeView) {
+    (node(&[("gpu", "h100"), ("zone", "a"), ("os", "linux")]), node(&[("zone", "a"), ("os", "linux")]))
+}
+
+/// The node changes to `now`, which no longer places `m`: the model read and the Node read agree.
+fn leave_node(h: &mut H, m: &ModelObject, now: NodeView) -> Vec<Effect> {
+    let e = h.input(Input::NodeObserved(now.clone()));
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(m.clone().into()) });
+    h.input(Input::NodeRead { id: one_node_get(&e), result: NodeReadResult::Found(now) })
+}
+
 fn delete(h: &mut H, o: &ModelObject) -> Vec<Effect> {
     let e = h.watch(o.key.kind, WatchEvent::Deleted(o.clone().into()));
     h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::NotFound })
@@ -688,16 +709,13 @@ fn a_model_moved_away_from_a_copy_others_use_asks_for_no_snapshot_after_each_one
 fn a_model_back_on_a_node_that_trashed_its_directory_downloads_again() {
     let mut h = H::new();
     let m = gpu_only(obj(&ModelKey::cluster("m"), "u1", "hf://org/repo", Some("/mnt/models/m")));
-    let gpu = node(&[("gpu", "h100"), ("zone", "a"), ("os", "linux")]);
-    let cpu = node(&[("zone", "a"), ("os", "linux")]);
+    let (gpu, cpu) = gpu_and_cpu();
     let mut seen = Seen::default();
     let e = h.start_on(gpu.clone(), true, vec![m.clone()]);
     run(&mut h, e, &mut seen, &[], std::slice::from_ref(&m));
     assert_eq!(seen.downloads.len(), 1);
     // The node loses its gpu label: both witnesses agree, the directory goes to the trash.
-    let e = h.input(Input::NodeObserved(cpu.clone()));
-    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(m.clone().into()) });
-    let e = h.input(Input::NodeRead { id: one_node_get(&e), result: NodeReadResult::Found(cpu) });
+    let e = leave_node(&mut h, &m, cpu);
     run(&mut h, e, &mut seen, &[], std::slice::from_ref(&m));
     assert_eq!(seen.trashed, vec!["m".to_string()]);
     // Back: its weights are gone, so it is Updating and downloads them again before Ready.
@@ -731,9 +749,7 @@ fn the_sweep_never_trashes_a_copy_while_a_cancelled_download_into_it_still_runs(
     answer_lists(&mut h, &mut left, &m, &marked, &mut seen);
     // The node loses its gpu label mid-download: withdrawn, the download is cancelled, and the
     // copy has no user left. The sweep follows, while the download has not stopped yet.
-    let e = h.input(Input::NodeObserved(cpu.clone()));
-    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(m.clone().into()) });
-    let e = h.input(Input::NodeRead { id: one_node_get(&e), result: NodeReadResult::Found(cpu) });
+    let e = leave_node(&mut h, &m, cpu);
     let mut left = answer_holding_downloads(&mut h, e, &marked, &mut seen);
     assert!(left.iter().any(|e| matches!(e.op, Op::CancelDownload { .. })));
     for _ in 0..5 {
@@ -997,10 +1013,8 @@ fn a_member_leaving_never_trashes_files_another_source_downloaded_there_since() 
 #[test]
 fn a_co_owner_leaving_never_trashes_a_withdrawn_co_owner_s_weights_on_an_old_witness() {
     let mut h = H::new();
-    let a = gpu_only(obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", Some("/mnt/models/shared")));
-    let b = obj(&ModelKey::cluster("b"), "b1", "hf://org/repo", Some("/mnt/models/shared"));
-    let gpu = node(&[("gpu", "h100"), ("zone", "a"), ("os", "linux")]);
-    let cpu = node(&[("zone", "a"), ("os", "linux")]);
+    let (a, b) = pair_at_shared();
+    let (gpu, cpu) = gpu_and_cpu();
     let both = [a.clone(), b.clone()];
     let marked = [
         OwnedDir { path: "shared".into(), uid: Uid::new("a1") },
@@ -1011,9 +1025,7 @@ fn a_co_owner_leaving_never_trashes_a_withdrawn_co_owner_s_weights_on_an_old_wit
     run(&mut h, e, &mut seen, &marked, &both);
     assert_eq!(seen.downloads.len(), 2, "{:?}", seen.downloads);
     // The gpu label goes: both witnesses agree, `a` is withdrawn, `b` keeps the directory.
-    let e = h.input(Input::NodeObserved(cpu.clone()));
-    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(a.clone().into()) });
-    let e = h.input(Input::NodeRead { id: one_node_get(&e), result: NodeReadResult::Found(cpu) });
+    let e = leave_node(&mut h, &a, cpu);
     run(&mut h, e, &mut seen, &marked, &both);
     assert_eq!(h.view(&a.key, "a1").life, Life::Withdrawn);
     assert!(seen.trashed.is_empty(), "b still uses it");
@@ -1056,19 +1068,15 @@ fn a_withdrawn_co_owner_returning_after_the_other_trashed_the_directory_download
     // releases the directory to `b`; `b` is then deleted and trashes it. `a`, placed here again,
     // must not be Ready on files that are gone: it downloads them again first.
     let mut h = H::new();
-    let a = gpu_only(obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", Some("/mnt/models/shared")));
-    let b = obj(&ModelKey::cluster("b"), "b1", "hf://org/repo", Some("/mnt/models/shared"));
-    let gpu = node(&[("gpu", "h100"), ("zone", "a"), ("os", "linux")]);
-    let cpu = node(&[("zone", "a"), ("os", "linux")]);
+    let (a, b) = pair_at_shared();
+    let (gpu, cpu) = gpu_and_cpu();
     let both = [a.clone(), b.clone()];
     let marked = ["a1", "b1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u) });
     let mut seen = Seen::default();
     let e = h.start_on(gpu.clone(), true, both.to_vec());
     run(&mut h, e, &mut seen, &marked, &both);
     assert_eq!(seen.downloads.len(), 2, "{:?}", seen.downloads);
-    let e = h.input(Input::NodeObserved(cpu.clone()));
-    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(a.clone().into()) });
-    let e = h.input(Input::NodeRead { id: one_node_get(&e), result: NodeReadResult::Found(cpu) });
+    let e = leave_node(&mut h, &a, cpu);
     run(&mut h, e, &mut seen, &marked, &both);
     assert_eq!(h.view(&a.key, "a1").life, Life::Withdrawn);
     assert!(seen.trashed.is_empty(), "b still uses it");
@@ -1087,7 +1095,7 @@ fn a_withdrawn_co_owner_returning_after_the_other_trashed_the_directory_download
         .collect();
     assert_ne!(published.first(), Some(&ModelStatus::Ready), "Ready on trashed files: {e:?}");
     run(&mut h, e, &mut seen, &[], std::slice::from_ref(&a));
-    assert_eq!(seen.downloads.len(), downloads + 3, "{:?}", seen.downloads);
+    assert_eq!(seen.downloads.len(), downloads + 1, "{:?}", seen.downloads);
     let ready = Published::Status { status: ModelStatus::Ready, reason: None };
     assert_eq!(h.view(&a.key, "a1").published, ready);
 }
@@ -1102,17 +1110,14 @@ fn a_withdrawn_co_owner_returning_after_another_source_took_the_directory_is_not
     let a = gpu_only(obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", Some("/mnt/models/shared")));
     let b = obj(&ModelKey::cluster("b"), "b1", "hf://org/other", Some("/mnt/models/shared"));
     let c = obj(&ModelKey::cluster("c"), "c1", "hf://org/repo", Some("/mnt/models/shared"));
-    let gpu = node(&[("gpu", "h100"), ("zone", "a"), ("os", "linux")]);
-    let cpu = node(&[("zone", "a"), ("os", "linux")]);
+    let (gpu, cpu) = gpu_and_cpu();
     let all = [a.clone(), b.clone(), c.clone()];
     let mut seen = Seen { markers: Some(BTreeMap::new()), ..Seen::default() };
     let e = h.start_on(gpu.clone(), true, all.to_vec());
     run(&mut h, e, &mut seen, &[], &all);
     let uids = |seen: &Seen| seen.downloads.iter().map(|d| d.0.clone()).collect::<Vec<_>>();
     assert_eq!(uids(&seen), ["a1", "c1"]);
-    let e = h.input(Input::NodeObserved(cpu.clone()));
-    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(a.clone().into()) });
-    let e = h.input(Input::NodeRead { id: one_node_get(&e), result: NodeReadResult::Found(cpu) });
+    let e = leave_node(&mut h, &a, cpu);
     run(&mut h, e, &mut seen, &[], &all);
     assert_eq!(h.view(&a.key, "a1").life, Life::Withdrawn);
     let e = delete(&mut h, &c);
@@ -1136,17 +1141,14 @@ fn the_sweep_never_trashes_a_copy_a_model_placed_again_may_use_on_an_old_node_vi
     // copy stays once a live read of the Node, sent for the sweep, places `m` again.
     let mut h = H::new();
     let m = gpu_only(reuse(&ModelKey::cluster("m"), "u1", "/mnt/models/m"));
-    let gpu = node(&[("gpu", "h100"), ("zone", "a"), ("os", "linux")]);
-    let cpu = node(&[("zone", "a"), ("os", "linux")]);
+    let (gpu, cpu) = gpu_and_cpu();
     let marked = copy_marked(&["u1"]);
     let listed = [m.clone()];
     let mut seen = Seen::default();
     let e = h.start_on(gpu.clone(), true, vec![m.clone()]);
     run(&mut h, e, &mut seen, &marked, &listed);
     assert_eq!(seen.links.len(), 1, "{:?}", seen.links);
-    let e = h.input(Input::NodeObserved(cpu.clone()));
-    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(m.clone().into()) });
-    let e = h.input(Input::NodeRead { id: one_node_get(&e), result: NodeReadResult::Found(cpu) });
+    let e = leave_node(&mut h, &m, cpu);
     run(&mut h, e, &mut seen, &marked, &listed);
     assert_eq!(h.view(&m.key, "u1").life, Life::Withdrawn);
     assert_eq!(seen.unlinks.len(), 1);
@@ -1181,16 +1183,13 @@ fn a_reserved_model_that_leaves_keeps_its_directory_when_a_co_owner_is_deleted()
     let mut a = gpu_only(obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", Some("/mnt/models/shared")));
     Arc::make_mut(a.spec.as_mut().unwrap()).reserve_artifact = true;
     let b = obj(&ModelKey::cluster("b"), "b1", "hf://org/repo", Some("/mnt/models/shared"));
-    let gpu = node(&[("gpu", "h100"), ("zone", "a"), ("os", "linux")]);
-    let cpu = node(&[("zone", "a"), ("os", "linux")]);
+    let (gpu, cpu) = gpu_and_cpu();
     let both = [a.clone(), b.clone()];
     let marked = ["a1", "b1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u) });
     let mut seen = Seen::default();
     let e = h.start_on(gpu, true, both.to_vec());
     run(&mut h, e, &mut seen, &marked, &both);
-    let e = h.input(Input::NodeObserved(cpu.clone()));
-    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(a.clone().into()) });
-    let e = h.input(Input::NodeRead { id: one_node_get(&e), result: NodeReadResult::Found(cpu) });
+    let e = leave_node(&mut h, &a, cpu);
     run(&mut h, e, &mut seen, &marked, &both);
     assert_eq!(h.view(&a.key, "a1").life, Life::Withdrawn);
     let e = delete(&mut h, &b);
@@ -1206,15 +1205,12 @@ fn a_model_withdrawn_from_a_copy_the_sweep_keeps_asks_for_no_snapshot_each_secon
     let mut h = H::new();
     let m = gpu_only(reuse(&ModelKey::cluster("m"), "u1", "/mnt/models/m"));
     let newcomer = reuse(&ModelKey::cluster("late"), "l1", "/mnt/models/late");
-    let gpu = node(&[("gpu", "h100"), ("zone", "a"), ("os", "linux")]);
-    let cpu = node(&[("zone", "a"), ("os", "linux")]);
+    let (gpu, cpu) = gpu_and_cpu();
     let marked = copy_marked(&["u1"]);
     let mut seen = Seen::default();
     let e = h.start_on(gpu, true, vec![m.clone()]);
     run(&mut h, e, &mut seen, &marked, std::slice::from_ref(&m));
-    let e = h.input(Input::NodeObserved(cpu.clone()));
-    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::Found(m.clone().into()) });
-    let e = h.input(Input::NodeRead { id: one_node_get(&e), result: NodeReadResult::Found(cpu) });
+    let e = leave_node(&mut h, &m, cpu);
     let listed = [m.clone(), newcomer];
     run(&mut h, e, &mut seen, &marked, &listed);
     assert_eq!(h.view(&m.key, "u1").life, Life::Withdrawn);
