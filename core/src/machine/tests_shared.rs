@@ -1223,36 +1223,3 @@ fn a_model_withdrawn_from_a_copy_the_sweep_keeps_asks_for_no_snapshot_each_secon
     assert!(seen.trashed.is_empty(), "{:?}", seen.trashed);
     assert!(snapshots <= 1, "{snapshots} snapshots in 30 s");
 }
-
-#[test]
-fn models_of_a_copy_gone_from_disk_fetch_it_again() {
-    // #834's drift for a shared copy: the snapshot shows no marker at the copy's path (someone
-    // removed it by hand). The models using it are not left Ready on nothing: they fetch it
-    // again, one at a time as at first (the first downloads, the others find it in place).
-    let (mut h, mut seen, models) = three_ready();
-    let marked = copy_marked(&["c1", "a1", "b1"]);
-    let e = h.advance(300_000);
-    run(&mut h, e, &mut seen, &marked, &models);
-    let downloads = seen.downloads.len();
-    let updating = |e: &[Effect]| {
-        e.iter().filter(|e| matches!(&e.op, Op::Publish { label: Some(ModelStatus::Updating), .. })).count()
-    };
-    let e = h.advance(300_000);
-    assert_eq!(e.iter().filter(|e| e.op == Op::Snapshot).count(), 1);
-    let mut gone = Seen { markers: Some(BTreeMap::new()), ..Seen::default() };
-    let e: Vec<Effect> = e
-        .into_iter()
-        .flat_map(|x| match &x.op {
-            Op::Snapshot => h.input(Input::DriftObserved { id: x.id, snapshot: gone.snapshot(&[]) }),
-            _ => vec![x],
-        })
-        .collect();
-    assert_eq!(updating(&e), 3, "{e:?}");
-    run(&mut h, e, &mut gone, &marked, &models);
-    seen.downloads.extend(gone.downloads);
-    assert_eq!(seen.downloads.len(), downloads + 3, "{:?}", seen.downloads);
-    let ready = Published::Status { status: ModelStatus::Ready, reason: None };
-    for m in &models {
-        assert_eq!(h.view(&m.key, m.uid.as_str()).published, ready, "{}", m.key);
-    }
-}
