@@ -106,6 +106,17 @@ fn swarm_seeds_found_by_the_ready_on_its_own_files_check_pass() {
     }
 }
 
+/// Swarm seed 600,000,047 (found 2026-12-07 by the Ready check, running 600,000,000-600,009,999):
+/// a member's leave trashed a directory while another model's incarnation that had fetched into
+/// it was no member then; that one kept its fetch as done and was published Ready 11 s later on
+/// files that were gone. A trash now forgets every fetch into the directory it removed
+/// (`outcomes::forget_fetches_into`).
+#[test]
+fn swarm_seed_600000047_is_not_ready_on_a_trashed_directory() {
+    let (r, _, knobs) = model_agent_sim::scenario::swarm_run(600_000_047, None, None);
+    assert!(r.clean(), "({knobs:?}): {:#?}", r.invariant_violations);
+}
+
 /// Swarm seed 7,006,201 (found 2026-12-07 running 7,000,000-7,007,999): a model withdrawn from
 /// a node on two agreeing witnesses left its shared copy to the orphan sweep; the node was
 /// labelled for it again, but the Node watch lagged 30 s, and the sweep trashed the copy on the

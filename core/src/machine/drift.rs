@@ -13,8 +13,10 @@ pub(super) struct OrphanCheck {
     pub(super) lists: [Option<EffectId>; 2],
     pub(super) listed: [Option<Arc<Vec<Arc<ModelObject>>>>; 2],
     /// The step it began: a copy that only a model the Node view does not place may use waits
-    /// for a live read of the Node sent from then on (`sweep_awaits_node_witness`).
+    /// for a live read of the Node sent from then on (`copies_awaiting_witness`).
     pub(super) began_seq: u64,
+    /// Decided but for such copies, waiting for that read; a new check replaces it.
+    pub(super) parked: bool,
 }
 
 impl State {
@@ -125,7 +127,8 @@ impl State {
             ..OrphanCheck::default()
         };
         let any = !check.labels.is_empty() || !check.entries.is_empty() || !check.dirs.is_empty();
-        if any && !self.shutting_down && self.orphan_check.is_none() {
+        let idle = self.orphan_check.as_ref().is_none_or(|c| c.parked);
+        if any && !self.shutting_down && idle {
             for kind in Kind::ALL {
                 check.lists[kind.index()] = Some(self.issue_list(st, kind, ListPurpose::OrphanSweep));
             }
@@ -145,38 +148,47 @@ impl State {
         self.resume_orphan_check(st);
     }
 
-    /// Once its LISTs are in (and, where `sweep_awaits_node_witness`, a fresh Node witness),
-    /// the orphan check decides.
+    /// Once its LISTs are in, the orphan check decides, but for the copies that wait for a
+    /// fresh Node witness (`copies_awaiting_witness`): those stay in the check, parked.
     pub(super) fn resume_orphan_check(&mut self, st: &mut Step) {
         let listed = self.orphan_check.as_ref().is_some_and(|c| c.listed.iter().all(Option::is_some));
         if !listed || self.shutting_down {
             return;
         }
-        let check = self.orphan_check.take().expect("checked above");
-        if self.sweep_awaits_node_witness(&check) {
-            self.node_reads.wanted = true;
-            self.orphan_check = Some(check);
-            return;
-        }
+        let mut check = Arc::unwrap_or_clone(self.orphan_check.take().expect("checked above"));
+        let waiting = self.copies_awaiting_witness(&check);
+        let (parked, decided): (Vec<_>, Vec<_>) = check.dirs.drain(..).partition(|(path, _)| waiting.contains(path));
+        check.dirs = decided;
         self.finish_orphan_check(st, &check);
+        if !parked.is_empty() {
+            self.node_reads.wanted = true;
+            let check = OrphanCheck { labels: Vec::new(), entries: Vec::new(), dirs: parked, parked: true, ..check };
+            self.orphan_check = Some(Arc::new(check));
+        }
     }
 
-    /// A copy that a live model may use, were it placed here, while the Node view does not place
+    /// Copies that a live model may use, were it placed here, while the Node view does not place
     /// it: that view may be old (the label back, its watch event not yet come), as the core's
-    /// exit evidence was (swarm seed 7006201). Trashed only on a Node witness sent since the
-    /// check began, which then places the model again or not.
-    fn sweep_awaits_node_witness(&self, check: &OrphanCheck) -> bool {
-        let witness_seq = self.node_reads.witness.as_ref().map(|w| w.sent.seq);
-        if tables::witness_fresh(Some(check.began_seq), witness_seq) {
-            return false;
+    /// exit evidence was (swarm seed 7006201). Decided only on a Node witness sent since the
+    /// check began, with the model placed by either view keeping the copy.
+    fn copies_awaiting_witness(&self, check: &OrphanCheck) -> Vec<String> {
+        if self.fresh_witness(check.began_seq).is_some() {
+            return Vec::new();
         }
         let listed: Vec<&ModelObject> = check.listed.iter().flatten().flat_map(|v| v.iter().map(|o| &**o)).collect();
-        check.dirs.iter().any(|(path, _)| {
+        let awaits = |path: &str| {
             shared::copy_parts(path).is_some()
-                && !self.dirs.contains_key(path.as_str())
-                && !self.copy_may_be_used(&listed, path, true)
-                && self.copy_may_be_used(&listed, path, false)
-        })
+                && !self.dirs.contains_key(path)
+                && !self.copy_may_be_used(&listed, path, Some(None))
+                && self.copy_may_be_used(&listed, path, None)
+        };
+        check.dirs.iter().map(|(path, _)| path).filter(|p| awaits(p)).cloned().collect()
+    }
+
+    /// The Node as a live read sent at or after step `since_seq` showed it.
+    fn fresh_witness(&self, since_seq: u64) -> Option<&NodeView> {
+        let witness = self.node_reads.witness.as_ref()?;
+        tables::witness_fresh(Some(since_seq), Some(witness.sent.seq)).then_some(&*witness.node)
     }
 
     fn finish_orphan_check(&mut self, st: &mut Step, check: &OrphanCheck) {
@@ -220,7 +232,7 @@ impl State {
             // A copy is kept by its users, not by the uids in its marker: a model that switched
             // to its own download still lives, and its marker uid must not keep the copy.
             let kept = match shared::copy_parts(path) {
-                Some(_) => self.copy_may_be_used(&listed, path, true),
+                Some(_) => self.copy_may_be_used(&listed, path, Some(self.fresh_witness(check.began_seq))),
                 None => marker_uids.iter().any(|u| uids.contains(u)),
             };
             if kept || self.dirs.contains_key(path.as_str()) {
@@ -235,12 +247,16 @@ impl State {
         }
     }
 
-    /// May a model placed here (any, unless `placed_only`), listed now or known, use the copy
-    /// `rel` (`shared::may_use_copy`)?
-    fn copy_may_be_used(&self, listed: &[&ModelObject], rel: &str, placed_only: bool) -> bool {
+    /// May a model listed now or known use the copy `rel` (`shared::may_use_copy`)? With
+    /// `placed: Some(witness)`, only one placed here by the Node view or by that witness; with
+    /// `None`, wherever it is placed.
+    fn copy_may_be_used(&self, listed: &[&ModelObject], rel: &str, placed: Option<Option<&NodeView>>) -> bool {
         let node = self.node.as_deref();
-        let placed = |obj: &ModelObject| match (obj.spec(), node) {
-            (Some(spec), Some(node)) if placed_only => placement(spec, node).is_eligible(),
+        let eligible = |spec: &crate::model::ModelSpec, on: Option<&NodeView>| {
+            on.is_some_and(|n| placement(spec, n).is_eligible())
+        };
+        let placed = |obj: &ModelObject| match (obj.spec(), node, placed) {
+            (Some(spec), Some(_), Some(witness)) => eligible(spec, node) || eligible(spec, witness),
             _ => true,
         };
         let known_commit = |obj: &ModelObject| {

@@ -21,19 +21,26 @@ impl State {
         // Taken, not cloned: a fetch's owner holds its whole plan.
         let Some(owner) = self.inflight.remove(&id) else { return };
         match owner {
-            Owner::Inc { key, uid, what } => self.inc_effect_done(st, id, (key, uid), what, outcome),
+            Owner::Inc { key, uid, what } => {
+                if let Some(dir) = self.inc_effect_done(st, id, (key, uid), what, outcome) {
+                    self.forget_fetches_into(st, &dir);
+                }
+            }
             Owner::Purge { name } => self.purge_done(st, id, name, outcome),
             Owner::Orphan { dir } => {
-                if let Some(dir) = dir {
-                    self.dirs_trashing.remove(&dir);
+                if let Some(dir) = &dir {
+                    self.dirs_trashing.remove(dir);
                     // Whoever waited to fetch into it decides again.
-                    if let Some(using) = self.dirs.get(&dir) {
+                    if let Some(using) = self.dirs.get(dir) {
                         st.dirty.extend(using.members.iter().map(|m| m.key.clone()));
                     }
                 }
                 match outcome {
                     Outcome::Done | Outcome::Downloaded(_) | Outcome::Resolved { .. } => {
-                        self.stats.orphans_removed += 1
+                        self.stats.orphans_removed += 1;
+                        if let Some(dir) = dir {
+                            self.forget_fetches_into(st, &dir);
+                        }
                     }
                     // The next drift pass finds it again.
                     Outcome::Failed(reason) | Outcome::Occupied(reason) => {
@@ -48,7 +55,25 @@ impl State {
         }
     }
 
-    /// An incarnation's effect landed or failed: record what is now true of it.
+    /// A directory went to the trash: nobody's files are there any more, whoever fetched them.
+    /// An incarnation that was no member of it then (one whose keys a colliding model held,
+    /// say) kept its fetch as done and was published Ready on nothing (swarm seed 600000047).
+    fn forget_fetches_into(&mut self, st: &mut Step, dir: &str) {
+        let fetched_there = |inc: &Incarnation| matches!(&inc.fetched, Fetched::Done(done) if done.plan.fetch_into().is_some_and(|(_, d)| d == dir));
+        let keys: Vec<ModelKey> =
+            self.slots.iter().filter(|(_, slot)| slot.all().any(fetched_there)).map(|(k, _)| k.clone()).collect();
+        for key in keys {
+            let Some(slot) = self.slots.get_mut(&key).map(Arc::make_mut) else { continue };
+            for inc in slot.all_mut().filter(|inc| fetched_there(inc)) {
+                inc.fetched = Fetched::No;
+                inc.changed_seq = st.seq;
+            }
+            st.dirty.push(key);
+        }
+    }
+
+    /// An incarnation's effect landed or failed: record what is now true of it. Returns the
+    /// directory a trash of its moved away.
     fn inc_effect_done(
         &mut self,
         st: &mut Step,
@@ -56,12 +81,10 @@ impl State {
         (key, uid): (ModelKey, Uid),
         what: IncOp,
         outcome: Outcome,
-    ) {
+    ) -> Option<String> {
         let now = st.now;
         let State { slots, config, prng, stats, trash, timers, dirs, .. } = self;
-        let Some(inc) = slots.get_mut(&key).map(Arc::make_mut).and_then(|s| s.find_mut(&uid)) else {
-            return;
-        };
+        let inc = slots.get_mut(&key).map(Arc::make_mut).and_then(|s| s.find_mut(&uid))?;
         inc.inflight = WordOption::NONE;
         let run = inc.download.take();
         inc.changed_seq = st.seq;
@@ -98,16 +121,12 @@ impl State {
                     IncOp::Publish { status, reason } => inc.published = Published::Status { status, reason },
                     IncOp::Unpublish => inc.published = Published::Nothing,
                     IncOp::Trash { name } => {
-                        // What it fetched there is gone: placed here again, it fetches again.
+                        // What anyone fetched there is gone (`forget_fetches_into`).
                         let gone = inc.share.as_mut().and_then(|s| s.owned_dir.take());
-                        if let Fetched::Done(done) = &inc.fetched
-                            && done.plan.fetch_into().map(|(_, dir)| dir) == gone.as_deref()
-                        {
-                            inc.fetched = Fetched::No;
-                        }
                         let purge_at = now.plus_ms(config.trash_grace_ms);
                         trash.insert(name.clone(), purge_at);
                         timers.insert((purge_at, TimerKey::Purge(name)));
+                        return gone;
                     }
                     IncOp::FillSpec => inc.spec_filled = true,
                     IncOp::Link { paths } => inc.share_mut().link = Some(Box::new((paths.link, paths.copy))),
@@ -116,6 +135,7 @@ impl State {
                 }
             }
         }
+        None
     }
 
     /// A download's progress goes into its entry (the label stays Updating): only while the

@@ -1148,7 +1148,7 @@ fn the_sweep_never_trashes_a_copy_a_model_placed_again_may_use_on_an_old_node_vi
     let e = h.start_on(gpu.clone(), true, vec![m.clone()]);
     run(&mut h, e, &mut seen, &marked, &listed);
     assert_eq!(seen.links.len(), 1, "{:?}", seen.links);
-    let e = leave_node(&mut h, &m, cpu);
+    let e = leave_node(&mut h, &m, cpu.clone());
     run(&mut h, e, &mut seen, &marked, &listed);
     assert_eq!(h.view(&m.key, "u1").life, Life::Withdrawn);
     assert_eq!(seen.unlinks.len(), 1);
@@ -1162,6 +1162,9 @@ fn the_sweep_never_trashes_a_copy_a_model_placed_again_may_use_on_an_old_node_vi
             let input = match &x.op {
                 Op::LiveGetNode => {
                     node_reads += 1;
+                    // While the read is out, the watch repeats the old view (it lags): the
+                    // read's answer is the newer evidence all the same.
+                    next.extend(h.input(Input::NodeObserved(cpu.clone())));
                     Some(Input::NodeRead { id: x.id, result: NodeReadResult::Found(gpu.clone()) })
                 }
                 _ => answer(&h, &x, &mut seen, (&marked, &listed), &mut Vec::new()),
@@ -1222,4 +1225,44 @@ fn a_model_withdrawn_from_a_copy_the_sweep_keeps_asks_for_no_snapshot_each_secon
     }
     assert!(seen.trashed.is_empty(), "{:?}", seen.trashed);
     assert!(snapshots <= 1, "{snapshots} snapshots in 30 s");
+}
+
+#[test]
+fn a_copy_waiting_for_a_node_witness_holds_back_no_other_orphan() {
+    // As above, but the live reads of the Node fail: the copy waits, and an orphan label the
+    // same sweep found (a model no one knows) is removed meanwhile.
+    let mut h = H::new();
+    let m = gpu_only(reuse(&ModelKey::cluster("m"), "u1", "/mnt/models/m"));
+    let (gpu, cpu) = gpu_and_cpu();
+    let marked = copy_marked(&["u1"]);
+    let listed = [m.clone()];
+    let mut seen = Seen::default();
+    let e = h.start_on(gpu, true, vec![m.clone()]);
+    run(&mut h, e, &mut seen, &marked, &listed);
+    let e = leave_node(&mut h, &m, cpu);
+    run(&mut h, e, &mut seen, &marked, &listed);
+    assert_eq!(h.view(&m.key, "u1").life, Life::Withdrawn);
+    let ghost: Arc<str> = Arc::from("models.ome.io/clusterbasemodel.ghost");
+    let mut snapshot = seen.snapshot(&marked);
+    snapshot.labels.insert(ghost.clone(), Arc::from("Ready"));
+    let mut e = h.advance(shared::SWEEP_DELAY_MS);
+    let mut removed = Vec::new();
+    for _ in 0..50 {
+        let mut next = Vec::new();
+        for x in std::mem::take(&mut e) {
+            let input = match &x.op {
+                Op::Snapshot => Some(Input::DriftObserved { id: x.id, snapshot: snapshot.clone() }),
+                Op::LiveGetNode => Some(Input::NodeRead { id: x.id, result: NodeReadResult::Failed("503".into()) }),
+                Op::RemoveOrphanLabel { label_key } => {
+                    removed.push(label_key.clone());
+                    Some(Input::EffectDone { id: x.id, outcome: Outcome::Done })
+                }
+                _ => answer(&h, &x, &mut seen, (&marked, &listed), &mut Vec::new()),
+            };
+            next.extend(input.map(|i| h.input(i)).unwrap_or_default());
+        }
+        e = next;
+    }
+    assert!(seen.trashed.is_empty(), "trashed without a Node witness: {:?}", seen.trashed);
+    assert_eq!(removed, vec![ghost.to_string()], "the orphan label waits for nothing");
 }
