@@ -293,6 +293,8 @@ pub struct World {
     unplaced_until: Vec<BTreeMap<String, u64>>,
     /// The last instant each model's spec was written (created or changed by the user).
     spec_written_at: BTreeMap<ModelKey, u64>,
+    /// The last instant a user's change gave each model another storage URI.
+    source_changed_at: BTreeMap<ModelKey, u64>,
 }
 
 impl World {
@@ -344,6 +346,7 @@ impl World {
             history_dump: Vec::new(),
             unplaced_until: vec![BTreeMap::new(); nodes],
             spec_written_at: BTreeMap::new(),
+            source_changed_at: BTreeMap::new(),
         }
     }
 
@@ -933,12 +936,20 @@ impl World {
     /// A live uid placed here that uses `path`: one its marker names whose weights are there
     /// (its own download's path, unless the files there are of another source than its; or
     /// its shared copy; a marker of one owner names the user of anything but a copy), or one
-    /// whose path holds a symlink to it (a shared copy).
+    /// whose path holds a symlink to it (a shared copy). A model whose storage URI became that
+    /// of the files within `spec_view_window_ms` is not held against the agent: the trash may
+    /// have been decided on its old spec, which named other files (swarm seed 700004880: the
+    /// change came 3 ms before the trash).
     fn user_of(&self, node: usize, path: &str, marker: &BTreeSet<Uid>, files: Option<&str>) -> Option<Uid> {
         let root = &self.config.models_root;
+        let since = self.now.saturating_sub(self.spec_view_window_ms());
+        let switched_to_files = |o: &crate::api::ApiObject| {
+            files.is_some() && self.source_changed_at.get(&o.key).is_some_and(|&t| t >= since)
+        };
         let keeps = |o: &crate::api::ApiObject| {
             (oracle::download_dir(o.spec(), root).as_deref() == Some(path)
-                && files.is_none_or(|f| *f == *o.spec().storage_uri))
+                && files.is_none_or(|f| *f == *o.spec().storage_uri)
+                && !switched_to_files(o))
                 || oracle::copy_dir(o.spec()).as_deref() == Some(path)
                 || (marker.len() == 1 && !is_copy(path))
         };
@@ -1068,6 +1079,12 @@ impl World {
     /// the read request and of the decided effect.
     fn staleness_ms(&self) -> u64 {
         2 * self.timing.effect_ms_max + self.timing.read_ms_max
+    }
+
+    /// How old the agent's view of a model's spec may be when it decides: a watch event's
+    /// flight behind a relist, and a read's round trip.
+    fn spec_view_window_ms(&self) -> u64 {
+        self.timing.relist_ms_max + self.timing.watch_ms_max + self.staleness_ms()
     }
 
     /// How long before a download lands the agent may have decided it, on a view of the world
@@ -1308,6 +1325,9 @@ impl World {
     pub fn update(&mut self, key: &ModelKey, spec: ModelSpec) {
         self.record_unplaced(None, Some(key));
         self.spec_written_at.insert(key.clone(), self.now);
+        if self.api.objects.get(key).is_some_and(|o| o.spec().storage_uri != spec.storage_uri) {
+            self.source_changed_at.insert(key.clone(), self.now);
+        }
         if let Some(change) = self.api.spec_update(key, Arc::new(spec)) {
             self.fanout(change);
         }

@@ -290,6 +290,34 @@ fn trashing_files_of_another_source_than_a_member_s_does_not_harm_that_member() 
     assert!(w.violations[0].contains(&format!("weights of live uid {x} at pair")), "{:?}", w.violations);
 }
 
+/// Swarm seed 700004880: x switched to the files' source 3 ms before u's leave trashed them.
+/// The agent may have decided on x's old spec, so a trash within the spec-view window is not
+/// held against it; the same trash once that window has passed is.
+#[test]
+fn trashing_files_a_member_switched_to_just_now_is_not_held_against_the_agent() {
+    let switch_x_to_pair = |w: &mut World| {
+        let x = ModelKey::cluster("x");
+        let spec = ModelSpec::simple(PAIR, Some("/mnt/models/pair"));
+        w.update(
+            &x,
+            ModelSpec { storage_uri: spec.storage_uri, uri: spec.uri, ..(**w.api.objects[&x].spec()).clone() },
+        );
+    };
+    let (mut w, u, _) = pair_world();
+    switch_x_to_pair(&mut w);
+    w.delete(&ModelKey::cluster("u"));
+    trash(&mut w, u.as_str(), "pair");
+    assert_eq!((w.counters.dir_removals, w.counters.dir_removals_live), (1, 0), "{:?}", w.violations);
+
+    let (mut w, u, x) = pair_world();
+    switch_x_to_pair(&mut w);
+    w.delete(&ModelKey::cluster("u"));
+    w.run_for(w.spec_view_window_ms() + 1);
+    trash(&mut w, u.as_str(), "pair");
+    assert_eq!(w.counters.dir_removals_live, 1);
+    assert!(w.violations[0].contains(&format!("weights of live uid {x} at pair")), "{:?}", w.violations);
+}
+
 /// Two models share `/mnt/models/pair` (same source), settle Ready; then one switches its
 /// storage URI, with and without a restart of the agent while it changes, over several seeds:
 /// no files of the other (still Ready) are replaced, and the fleet converges (the switched one
