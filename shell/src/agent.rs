@@ -303,6 +303,13 @@ fn dispatch(ctx: &Ctx, Effect { id, op }: Effect) {
             let result = c.fs.call(&what, fsgate::TRASH_DEADLINE, work).await.and_then(|r| r);
             Some(Input::EffectDone { id, outcome: outcome(result) })
         }),
+        Op::DisownDir { uid, path, .. } => spawn(ctx, async move |c: Ctx| {
+            let root = c.root.clone();
+            let what = format!("giving {path} up");
+            let work = move || fsops::disown_dir(&root, &path, &uid);
+            let result = c.fs.call(&what, fsgate::TRASH_DEADLINE, work).await.and_then(|r| r);
+            Some(Input::EffectDone { id, outcome: outcome(result) })
+        }),
         Op::PurgeTrash { name } => spawn(ctx, async move |c: Ctx| {
             let root = c.root.clone();
             let what = format!("purging trash entry {name}");

@@ -170,6 +170,31 @@ pub(crate) fn read_marker_in(dir: &OwnedFd, rel: &str) -> Result<Option<Marker>,
 pub fn write_marker(root: &Path, rel: &str, marker: &Marker) -> Result<(), String> {
     let root_fd = open_root(root)?;
     let fd = create_beneath(&root_fd, rel)?;
+    write_marker_in(&fd, rel, marker)
+}
+
+/// `uid` gives directory `rel` up (a reserved model's weights, kept after its delete): it
+/// leaves the marker, and a marker that names no one else is removed, so no sweep takes the
+/// directory for an orphan's. The files are never touched. No directory, no marker, or a marker
+/// that does not name `uid`: nothing to do. A symlink in the path is refused.
+pub fn disown_dir(root: &Path, rel: &str, uid: &Uid) -> Result<(), String> {
+    let root_fd = open_root(root)?;
+    let dir = match open_beneath(&root_fd, rel) {
+        Ok(fd) => fd,
+        Err(e) if e.contains("ENOENT") => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let Some(marker) = read_marker_in(&dir, rel)?.filter(|m| m.names(uid.as_str())) else { return Ok(()) };
+    let rest: Vec<String> = marker.uids().filter(|u| *u != uid.as_str()).map(str::to_string).collect();
+    match rest.split_first() {
+        None => unlinkat(dir.as_fd(), MARKER, UnlinkatFlags::NoRemoveDir).map_err(|e| format!("{rel}/{MARKER}: {e}")),
+        // The key names the model that first wrote the marker; it only ever appears in messages.
+        Some((first, others)) => write_marker_in(&dir, rel, &Marker::new(first, &marker.key, others)),
+    }
+}
+
+/// Replace the marker of an opened directory at once (a temporary file renamed over it).
+fn write_marker_in(fd: &OwnedFd, rel: &str, marker: &Marker) -> Result<(), String> {
     let tmp = format!("{MARKER}.tmp");
     let file = openat(
         fd.as_fd(),
@@ -467,6 +492,39 @@ mod tests {
         write_marker(&root, "n", &marker("u1")).unwrap();
         let text = fs::read_to_string(root.join("n").join(MARKER)).unwrap();
         assert_eq!(text, r#"{"uid":"u1","key":"ClusterBaseModel/m"}"#);
+    }
+
+    #[test]
+    fn disowning_takes_the_uid_out_of_the_marker_and_never_touches_the_files() {
+        let root = tmp("disown");
+        write_marker(&root, "m", &Marker::new("u1", "BaseModel/ns/m", &["u2".into()])).unwrap();
+        fs::write(root.join("m/weights.bin"), b"w").unwrap();
+        write_marker(&root, "a/b", &marker("u1")).unwrap();
+        fs::write(root.join("a/b/weights.bin"), b"w").unwrap();
+        disown_dir(&root, "m", &Uid::new("u1")).unwrap();
+        let text = fs::read_to_string(root.join("m").join(MARKER)).unwrap();
+        assert_eq!(text, r#"{"uid":"u2","key":"BaseModel/ns/m"}"#);
+        disown_dir(&root, "a/b", &Uid::new("u1")).unwrap();
+        assert!(!root.join("a/b").join(MARKER).exists());
+        assert!(root.join("a/b/weights.bin").exists() && root.join("m/weights.bin").exists());
+        let (owned, _) = scan(&root);
+        assert_eq!(owned, vec![OwnedDir { path: "m".into(), uid: Uid::new("u2") }]);
+        // Not named, no marker, no directory: nothing to do. No sweep can trash `a/b` now.
+        disown_dir(&root, "m", &Uid::new("u9")).unwrap();
+        disown_dir(&root, "a/b", &Uid::new("u1")).unwrap();
+        disown_dir(&root, "gone", &Uid::new("u1")).unwrap();
+        assert!(trash_dir(&root, "a/b", &Uid::new("u1"), "u1-1").unwrap_err().contains("no ownership marker"));
+        assert_eq!(fs::read_to_string(root.join("m").join(MARKER)).unwrap(), text);
+    }
+
+    #[test]
+    fn disowning_never_follows_a_symlink_out_of_the_root() {
+        let root = tmp("disown-link");
+        let outside = tmp("disown-outside");
+        write_marker(&outside, "m", &marker("u1")).unwrap();
+        std::os::unix::fs::symlink(outside.join("m"), root.join("m")).unwrap();
+        assert!(disown_dir(&root, "m", &Uid::new("u1")).is_err());
+        assert!(outside.join("m").join(MARKER).exists(), "the marker outside is left alone");
     }
 
     #[test]

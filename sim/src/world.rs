@@ -632,6 +632,7 @@ impl World {
             // Stopped when it would have executed: it then reports Cancelled, its marker written.
             Op::CancelDownload { download } => self.exec_cancel(node, *download),
             Op::TrashDir { uid, path, trash_name, .. } => self.exec_trash(node, id, uid, path, trash_name),
+            Op::DisownDir { uid, path, .. } => Some(self.exec_disown(node, id, uid, path)),
             Op::PurgeTrash { name } => {
                 self.nodes[node].trash.remove(name);
                 Some(done(id))
@@ -1005,6 +1006,21 @@ impl World {
                 done(id)
             }
         }
+    }
+
+    /// `uid` leaves the marker of `path`, which goes when it names no one else; the files stay.
+    fn exec_disown(&mut self, node: usize, id: model_agent_core::machine::EffectId, uid: &Uid, path: &str) -> Input {
+        let n = &mut self.nodes[node];
+        if !n.root_writable {
+            return Input::EffectDone { id, outcome: fail("read-only file system") };
+        }
+        if let Some(marker) = n.dirs.get_mut(path) {
+            marker.remove(uid);
+            if marker.is_empty() {
+                n.dirs.remove(path);
+            }
+        }
+        done(id)
     }
 
     /// Removed only while it points at `copy`; anything else there is left alone.

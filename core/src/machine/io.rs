@@ -431,6 +431,11 @@ pub enum Op {
     /// Destructive. Move a directory the agent owns (its marker says `uid`) to
     /// `<root>/.model-agent-trash/<trash_name>`; a directory whose marker differs is left alone.
     TrashDir { key: Option<ModelKey>, uid: Uid, path: String, trash_name: String },
+    /// Give up the directory `path` of a reserved model confirmed gone, leaving its files in
+    /// place: `uid` leaves the marker, and a marker that named no one else goes, so no later
+    /// sweep takes the weights for an orphan's. A marker that does not name `uid`, or none, is
+    /// `Done`.
+    DisownDir { key: ModelKey, uid: Uid, path: String },
     /// Destructive. Delete one entry of the trash folder for good.
     PurgeTrash { name: String },
     /// Destructive. Remove a `models.ome.io/` label no model claims (confirmed by fresh LISTs).
@@ -486,6 +491,7 @@ impl Op {
             Op::FillSpec { .. } => "fill-spec",
             Op::CancelDownload { .. } => "cancel-download",
             Op::TrashDir { .. } => "trash-dir",
+            Op::DisownDir { .. } => "disown-dir",
             Op::PurgeTrash { .. } => "purge-trash",
             Op::RemoveOrphanLabel { .. } => "remove-orphan-label",
             Op::RemoveOrphanEntry { .. } => "remove-orphan-entry",

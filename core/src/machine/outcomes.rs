@@ -128,6 +128,11 @@ impl State {
                         timers.insert((purge_at, TimerKey::Purge(name)));
                         return gone;
                     }
+                    IncOp::Disown => {
+                        if let Some(dir) = inc.share.as_mut().and_then(|s| s.owned_dir.take()) {
+                            shared::unmarked(dirs, &dir, &uid);
+                        }
+                    }
                     IncOp::FillSpec => inc.spec_filled = true,
                     IncOp::Link { paths } => inc.share_mut().link = Some(Box::new((paths.link, paths.copy))),
                     IncOp::Unlink => inc.share_mut().link = None,

@@ -457,6 +457,13 @@ pub(super) fn marked(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &str, uids: &[U
     using.marked.dedup();
 }
 
+/// `uid` left the marker of `dir` (`Op::DisownDir`).
+pub(super) fn unmarked(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &str, uid: &Uid) {
+    let Some(shared) = dirs.get_mut(dir).filter(|using| using.marked.binary_search(uid).is_ok()) else { return };
+    let using = Arc::make_mut(shared);
+    using.marked.retain(|u| u != uid);
+}
+
 /// May a model listed (or known) use the copy `rel`? Conservative: an `hf://` model of the same
 /// repository with `ReuseIfExists` uses it unless it is known to have resolved to another commit.
 pub fn may_use_copy(obj: &ModelObject, known_commit: Option<&str>, rel: &str) -> bool {

@@ -281,6 +281,7 @@ pub enum IncOp {
     Trash {
         name: String,
     },
+    Disown,
     FillSpec,
     /// Boxed, as it is rare: every effect in flight is kept with its `IncOp`.
     Link {
@@ -448,6 +449,10 @@ fn withdraw_op(key: &ModelKey, inc: &Incarnation, ctx: &Context, now: Instant) -
         return Some(unlink);
     }
     match inc.owned_dir() {
+        Some(path) if disowns(inc, ctx) => {
+            let op = Op::DisownDir { key: key.clone(), uid: inc.uid().clone(), path: path.to_string() };
+            Some((op, IncOp::Disown))
+        }
         Some(path) if !trash_blocked(inc, ctx) && !awaits_trash_witness(inc, ctx) => {
             let name = format!("{}-{}", inc.uid(), now.as_ms());
             let op = Op::TrashDir {
@@ -460,6 +465,16 @@ fn withdraw_op(key: &ModelKey, inc: &Incarnation, ctx: &Context, now: Instant) -
         }
         _ => None,
     }
+}
+
+/// A reserved model confirmed gone gives its directory up (`Op::DisownDir`), so that no sweep
+/// trashes it later as an orphan's: not while another member's download writes the marker, nor
+/// on a root known to be read-only (where nothing can trash it either, and a retry would keep
+/// the incarnation for good).
+fn disowns(inc: &Incarnation, ctx: &Context) -> bool {
+    let reserved = inc.obj.spec().is_some_and(|s| s.reserve_artifact);
+    let read_only = ctx.root.is_some_and(|r| r.answered && !r.writable);
+    reserved && inc.is_confirmed() && !read_only && !ctx.dir.as_ref().is_some_and(|d| d.busy)
 }
 
 /// A reserved artifact (kept), or a directory another member still uses (released instead by

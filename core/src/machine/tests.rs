@@ -137,6 +137,7 @@ impl H {
                     | Op::VerifyLocal { .. }
                     | Op::Download { .. }
                     | Op::TrashDir { .. }
+                    | Op::DisownDir { .. }
                     | Op::PurgeTrash { .. }
                     | Op::RemoveOrphanLabel { .. }
                     | Op::RemoveOrphanEntry { .. } => Input::EffectDone { id: e.id, outcome: Outcome::Done },
@@ -714,6 +715,44 @@ fn reserved_artifacts_are_never_trashed() {
     let e = h.apply(deleting(o));
     let all = h.settle(e);
     assert!(!all.iter().any(|e| matches!(e.op, Op::TrashDir { .. })));
+    let disowned =
+        all.iter().filter(|e| matches!(&e.op, Op::DisownDir { uid, path, .. } if uid.as_str() == "u1" && path == "m"));
+    assert_eq!(disowned.count(), 1, "{all:?}");
+    assert_eq!(h.s.model_count(), 0);
+}
+
+/// A reserved model's weights outlive it: once its delete is confirmed it gives its directory
+/// up (`Op::DisownDir`), and until that lands its uid claims the directory, so a sweep meanwhile
+/// finds no orphan there; a failed disown is tried again, never dropped.
+#[test]
+fn a_deleted_reserved_model_gives_its_directory_up_before_it_is_forgotten() {
+    let mut h = H::new();
+    let mut o = hf("m", "u1");
+    Arc::make_mut(o.spec.as_mut().unwrap()).reserve_artifact = true;
+    let e = h.start(true, vec![o.clone()]);
+    h.settle(e);
+    let e = h.apply(deleting(o));
+    let held: Vec<Effect> = h.settle_except(e, |op| matches!(op, Op::DisownDir { .. }));
+    let disown = held.iter().find(|e| matches!(e.op, Op::DisownDir { .. })).expect("a disown").id;
+    let e = h.advance(300_000);
+    let sid = snapshot_request(&e);
+    let snap = DriftSnapshot {
+        owned_dirs: vec![OwnedDir { path: "m".into(), uid: Uid::new("u1") }],
+        ..DriftSnapshot::default()
+    };
+    let e = h.input(Input::DriftObserved { id: sid, snapshot: snap });
+    let mut out = Vec::new();
+    for (id, _) in lists(&e) {
+        out.extend(h.input(Input::LiveList { id, result: ListResult::Listed(vec![]) }));
+    }
+    let all = h.settle(out);
+    assert!(!all.iter().any(|e| matches!(e.op, Op::TrashDir { .. })), "{all:?}");
+    assert_eq!(h.s.model_count(), 1, "kept until its directory is given up");
+    let e = h.input(Input::EffectDone { id: disown, outcome: Outcome::Failed("EIO".into()) });
+    assert!(!e.iter().any(|e| matches!(e.op, Op::DisownDir { .. })), "not at once: after a backoff");
+    let e = h.advance(600_000);
+    let all = h.settle(e);
+    assert_eq!(all.iter().filter(|e| matches!(e.op, Op::DisownDir { .. })).count(), 1, "{all:?}");
     assert_eq!(h.s.model_count(), 0);
 }
 

@@ -32,6 +32,8 @@ struct Seen {
     links: Vec<(String, String)>,
     unlinks: Vec<(String, String)>,
     trashed: Vec<String>,
+    /// (uid, path) of every `DisownDir`.
+    disowned: Vec<(String, String)>,
     entries: BTreeMap<String, wire::ModelEntry>,
     occupied: BTreeSet<String>,
     /// When set, the uids each marker names: downloads rewrite them as the shell does, and
@@ -125,6 +127,13 @@ fn answer(
         }
         Op::TrashDir { path, .. } => {
             seen.trashed.push(path.clone());
+            done
+        }
+        Op::DisownDir { uid, path, .. } => {
+            seen.disowned.push((uid.to_string(), path.clone()));
+            if let Some(named) = seen.markers.as_mut().and_then(|m| m.get_mut(path)) {
+                named.remove(uid.as_str());
+            }
             done
         }
         Op::Publish { cm_key, entry, .. } => {
@@ -1198,6 +1207,14 @@ fn a_reserved_model_that_leaves_keeps_its_directory_when_a_co_owner_is_deleted()
     let e = delete(&mut h, &b);
     run(&mut h, e, &mut seen, &marked, std::slice::from_ref(&a));
     assert!(seen.trashed.is_empty(), "a reserved model's weights trashed: {:?}", seen.trashed);
+    // `a` is deleted while away from the node: it gives the directory up, so that no sweep
+    // takes it for an orphan's once `a` is forgotten.
+    assert!(seen.disowned.is_empty(), "given up while `a` lives: {:?}", seen.disowned);
+    let e = delete(&mut h, &a);
+    run(&mut h, e, &mut seen, &marked[1..], &[]);
+    assert_eq!(seen.disowned, vec![("a1".to_string(), "shared".to_string())]);
+    assert!(seen.trashed.is_empty(), "a reserved model's weights trashed: {:?}", seen.trashed);
+    assert_eq!(h.s.model_count(), 0);
 }
 
 #[test]

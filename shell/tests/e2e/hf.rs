@@ -389,3 +389,37 @@ fn t19_a_disk_that_fills_mid_download_fails_it_and_it_resumes_once_there_is_room
     kubectl(&["delete", "clusterbasemodel", name]);
     agent.stop();
 }
+
+/// A model carrying the reserve label keeps its weights on the node after its delete, as
+/// upstream does, and no later orphan sweep takes them: the agent gives the directory up (the
+/// marker goes) when the delete is confirmed. A restart runs the sweep at once; a directory
+/// whose marker names a uid no model has is trashed by it, which shows the sweep ran.
+#[test]
+#[ignore = "needs a real kube-apiserver: run by scripts/e2e"]
+fn t35_a_reserved_model_s_weights_outlive_its_delete_and_the_sweep_after_a_restart() {
+    super::setup();
+    let (n, name) = ("e2e-reserve", "e2e-reserve-m");
+    node(n);
+    let hub = hub();
+    let root = scratch("e2e-reserve-root");
+    let dest = root.join("kept");
+    let first = agent(&hub, n, &root);
+    let reserved = hf_model(name, n, &format!("hf://{REPO}"), &dest, "")
+        .replace("metadata:\n", "metadata:\n  labels: {models.ome/reserve-model-artifact: \"True\"}\n");
+    apply(&reserved);
+    wait_until("label Ready", Duration::from_secs(60), || status(n, name) == "Ready");
+    assert_files_match(&hub, REPO, &dest);
+    kubectl(&["delete", "clusterbasemodel", name]);
+    wait_until("label removed", Duration::from_secs(30), || !labels(n).contains_key(&label_key(name)));
+    wait_until("the directory given up", Duration::from_secs(30), || !dest.join(".model-agent-owner").exists());
+    first.stop();
+    let ghost = root.join("ghost");
+    std::fs::create_dir_all(&ghost).unwrap();
+    std::fs::write(ghost.join(".model-agent-owner"), r#"{"uid":"uid-of-no-model","key":"ClusterBaseModel/ghost"}"#)
+        .unwrap();
+    let agent = agent(&hub, n, &root);
+    wait_until("the sweep trashed the ghost's directory", Duration::from_secs(60), || !ghost.exists());
+    assert!(dest.join(BIG).is_file(), "the reserved model's weights were taken");
+    assert_eq!(trash_entries(&root), 1, "only the ghost's directory is in the trash");
+    agent.stop();
+}
