@@ -739,6 +739,7 @@ pub fn swarm_knobs(seed: u64, nodes: Option<usize>, models: Option<usize>) -> Sw
         node_label: p.up_to(100),
         wipe: p.up_to(100),
         source: 0,
+        reserve: 0,
     };
     let mut k = SwarmKnobs {
         nodes,
@@ -753,6 +754,7 @@ pub fn swarm_knobs(seed: u64, nodes: Option<usize>, models: Option<usize>) -> Sw
     // Drawn last, so that the knobs before it are what they were before this action existed:
     // none in half of the seeds, 2-15 % a minute in the others.
     k.weights.source = if p.up_to(1) == 0 { 0 } else { 20 + p.up_to(130) };
+    k.weights.reserve = if p.up_to(1) == 0 { 0 } else { 20 + p.up_to(180) };
     k
 }
 
@@ -780,6 +782,8 @@ pub fn swarm_run_knobs(seed: u64, k: SwarmKnobs) -> (Report, World, SwarmKnobs) 
     let mut next_name = k.models;
     // `Action::Source` is drawn from a PRNG of its own: a seed that draws none runs as before.
     let mut q = Prng::new(seed ^ 0x50_0CE);
+    // As is `Action::Reserve`.
+    let mut r = Prng::new(seed ^ 0x2E_5E2E);
     start_fleet(&mut w);
     w.read_timeout_permille = k.read_timeout_permille;
     let latency = vocab::Action::Latency { read_ms_max: k.read_ms_max, node_watch_ms_max: k.node_watch_ms_max };
@@ -788,7 +792,9 @@ pub fn swarm_run_knobs(seed: u64, k: SwarmKnobs) -> (Report, World, SwarmKnobs) 
         let minute = vocab::draw_minute(&mut p, &k.weights, k.nodes, &mut names, &mut next_name);
         // First, after the last minute's wait (the directory's members are more often settled
         // Ready than right after the minute's creates and faults).
-        for a in vocab::draw_source(&mut q, &k.weights, k.nodes).into_iter().chain(minute) {
+        let extra = vocab::draw_source(&mut q, &k.weights, k.nodes).into_iter();
+        let extra = extra.chain(vocab::draw_reserve(&mut r, &k.weights));
+        for a in extra.chain(minute) {
             vocab::apply(&mut w, &a);
         }
     }

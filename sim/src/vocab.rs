@@ -102,6 +102,11 @@ pub enum Action {
         pick: usize,
         restart: Option<(usize, u64)>,
     },
+    /// Turns the reserve label (`models.ome/reserve-model-artifact`) on or off for one live
+    /// model (`pick` modulo their number): its weights outlive its delete.
+    Reserve {
+        pick: usize,
+    },
 }
 
 /// The directory every model of shape 5 names, and the two sources [`Action::Source`] moves
@@ -214,6 +219,7 @@ pub fn apply(w: &mut World, a: &Action) {
         Action::ReadOnlyRoot { node, read_only } => w.nodes[node].root_writable = !read_only,
         Action::Wait { ms } => w.run_for(ms),
         Action::Source { pick, restart } => switch_source(w, pick, restart),
+        Action::Reserve { pick } => toggle_reserve(w, pick),
     }
 }
 
@@ -235,6 +241,15 @@ fn switch_source(w: &mut World, pick: usize, restart: Option<(usize, u64)>) {
         }
         _ => w.update(key, s),
     }
+}
+
+fn toggle_reserve(w: &mut World, pick: usize) {
+    let live: Vec<ModelKey> = w.api.objects.values().filter(|o| !o.deleting()).map(|o| o.key.clone()).collect();
+    let Some(key) = live.get(pick % live.len().max(1)) else { return };
+    let mut s = (**w.api.objects[key].spec()).clone();
+    s.reserve_artifact = !s.reserve_artifact;
+    w.counters.reserve_toggles += 1;
+    w.update(key, s);
 }
 
 fn reselect(w: &mut World, name: usize, selects: bool) {
@@ -268,6 +283,8 @@ pub struct Weights {
     pub wipe: u64,
     /// [`Action::Source`], drawn by [`draw_source`].
     pub source: u64,
+    /// [`Action::Reserve`], drawn by [`draw_reserve`].
+    pub reserve: u64,
 }
 
 /// What the swarm draws for one minute of a run over `nodes` nodes and the model names in
@@ -334,4 +351,10 @@ pub fn draw_source(q: &mut Prng, wt: &Weights, nodes: usize) -> Option<Action> {
     let pick = q.up_to(63) as usize;
     let restart = (q.up_to(1) == 0).then(|| (q.up_to(nodes as u64 - 1) as usize, 1 + q.up_to(20_000)));
     Some(Action::Source { pick, restart })
+}
+
+/// What the swarm draws of [`Action::Reserve`] for one minute, from a PRNG of its own (as
+/// [`draw_source`]).
+pub fn draw_reserve(r: &mut Prng, wt: &Weights) -> Option<Action> {
+    (r.up_to(999) < wt.reserve).then(|| Action::Reserve { pick: r.up_to(63) as usize })
 }

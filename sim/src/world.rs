@@ -125,6 +125,8 @@ pub struct SimNode {
     wake_at: Option<u64>,
     pub shutdown: bool,
     pub restarts: u32,
+    /// When the running agent process started.
+    pub started_at: u64,
     pub recorder: Option<Recorder>,
     /// The last steps of this node's agent (kept across restarts, cleared by none).
     pub history: History,
@@ -173,6 +175,8 @@ pub struct Counters {
     pub other_source_refusals: u64,
     /// Models at a same-path directory whose storage URI the swarm switched (`Action::Source`).
     pub source_switches: u64,
+    /// Reserve labels the swarm turned on or off (`Action::Reserve`).
+    pub reserve_toggles: u64,
     /// Downloads that replaced the files of a live, Ready model of another source (damage).
     pub other_source_replaced: u64,
 }
@@ -295,6 +299,9 @@ pub struct World {
     spec_written_at: BTreeMap<ModelKey, u64>,
     /// The last instant a user's change gave each model another storage URI.
     source_changed_at: BTreeMap<ModelKey, u64>,
+    /// Uids deleted while they carried the reserve label (set before the agents' view of specs
+    /// may lag), with the instant of the delete.
+    reserved_deleted_at: BTreeMap<Uid, u64>,
 }
 
 impl World {
@@ -325,6 +332,7 @@ impl World {
                     wake_at: None,
                     shutdown: false,
                     restarts: 0,
+                    started_at: 0,
                     recorder: None,
                     history: History::default(),
                 })
@@ -347,6 +355,7 @@ impl World {
             unplaced_until: vec![BTreeMap::new(); nodes],
             spec_written_at: BTreeMap::new(),
             source_changed_at: BTreeMap::new(),
+            reserved_deleted_at: BTreeMap::new(),
         }
     }
 
@@ -631,7 +640,12 @@ impl World {
             Op::FillSpec { .. } => Some(if down { unavailable() } else { done(id) }),
             // Stopped when it would have executed: it then reports Cancelled, its marker written.
             Op::CancelDownload { download } => self.exec_cancel(node, *download),
-            Op::TrashDir { uid, path, trash_name, .. } => self.exec_trash(node, id, uid, path, trash_name),
+            Op::TrashDir { key, uid, path, trash_name } => {
+                if key.is_none() {
+                    self.check_sweep_spares_reserved(node, path);
+                }
+                self.exec_trash(node, id, uid, path, trash_name)
+            }
             Op::DisownDir { uid, path, .. } => Some(self.exec_disown(node, id, uid, path)),
             Op::PurgeTrash { name } => {
                 self.nodes[node].trash.remove(name);
@@ -891,6 +905,26 @@ impl World {
         if !holds {
             let text = format!("{key} uid {uid} labelled Ready on {dir}, which holds {held:?}, not {source}'s files");
             self.violation_on(node, Some(&key), text);
+        }
+    }
+
+    /// The orphan sweep is about to trash `path`: damage when its marker names a model deleted
+    /// while it carried the reserve label, whose delete the running agent process saw (it
+    /// started before; a process that started after never knew the model was reserved). The
+    /// agent gives such a directory up when the delete is confirmed (`Op::DisownDir`).
+    /// Not checked for shared copies: a reserved model's link to one is removed at its delete,
+    /// and the copy goes to the sweep when no live model may use it (README, "Not done").
+    fn check_sweep_spares_reserved(&mut self, node: usize, path: &str) {
+        if is_copy(path) {
+            return;
+        }
+        let started_at = self.nodes[node].started_at;
+        let Some(marker) = self.nodes[node].dirs.get(path) else { return };
+        let reserved = marker.iter().find(|u| self.reserved_deleted_at.get(*u).is_some_and(|&t| t >= started_at));
+        if let Some(uid) = reserved.cloned() {
+            let text =
+                format!("the sweep trashes {path}, the weights of reserved uid {uid} deleted since this agent started");
+            self.violation_on(node, None, text);
         }
     }
 
@@ -1241,6 +1275,7 @@ impl World {
     pub fn start(&mut self, node: usize) {
         let n = &mut self.nodes[node];
         n.generation += 1;
+        n.started_at = self.now;
         n.restarts += u32::from(n.generation > 1);
         n.shutdown = false;
         n.wake_at = None;
@@ -1350,6 +1385,11 @@ impl World {
     }
 
     pub fn delete(&mut self, key: &ModelKey) {
+        let settled = |t: u64| t + self.spec_view_window_ms() <= self.now;
+        let reserved = self.api.objects.get(key).filter(|o| o.spec().reserve_artifact && !o.deleting());
+        if let Some(o) = reserved.filter(|_| self.spec_written_at.get(key).is_none_or(|&t| settled(t))) {
+            self.reserved_deleted_at.insert(o.uid.clone(), self.now);
+        }
         for change in self.api.delete(key) {
             self.fanout(change);
         }
@@ -1457,7 +1497,9 @@ impl World {
             // Two models may name one directory: the one whose marker it holds is Ready.
             let taken =
                 e.dir.as_ref().and_then(|p| n.dirs.get(p)).is_some_and(|marker| !marker.contains(&e.uid)) && !e.reuses;
-            let held = other_source_there(n, e, placed.iter().map(|&i| &expects[i]));
+            // A reserved model keeps its directory while it is away from the node, too.
+            let holders = expects.iter().enumerate().filter(|(i, u)| placed.contains(i) || u.spec.reserve_artifact);
+            let held = other_source_there(n, e, holders.map(|(_, u)| u));
             let failed = (e.downloads && (!n.root_writable || taken || held)) || local_missing;
             let status = if failed { ModelStatus::Failed } else { ModelStatus::Ready };
             expected_labels.insert(&e.label_key, (status.as_str(), &e.key));
@@ -1621,8 +1663,8 @@ struct Expect {
     rank: (bool, u64, String),
 }
 
-/// Does another live model placed on the node hold `e`'s directory, with files of its own
-/// source that is not `e`'s (its marker names it)? Then `e` must not download over them and is
+/// Does another live model placed on the node (or reserved, placed or not) hold `e`'s
+/// directory, with files of its own source that is not `e`'s (its marker names it)? Then `e` must not download over them and is
 /// Failed (README, "Same path, same source"). A shared copy's path names its source.
 fn other_source_there<'a>(n: &SimNode, e: &Expect, mut placed: impl Iterator<Item = &'a Expect>) -> bool {
     let Some(dir) = e.dir.as_ref().filter(|d| !e.reuses && !is_copy(d)) else { return false };

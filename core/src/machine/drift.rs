@@ -29,6 +29,7 @@ impl State {
         // Models it showed to have nothing here stop being claimants (`claims::contest`); those
         // it changed decide again, and the keys colliding with theirs with them.
         self.snapshot_seen = true;
+        self.snapshot_asked_seq = self.snapshot_asked_seq.max(requested_seq);
         if let Some(at) = self.snapshot_retry.take() {
             self.remove_timer(at, TimerKey::SnapshotRetry);
         }
@@ -85,13 +86,24 @@ impl State {
             let has_current = slot.current.is_some();
             for (i, inc) in slot.current.iter_mut().chain(slot.former.iter_mut()).enumerate() {
                 claimed.uids.insert(inc.uid().clone());
+                let dirs =
+                    DirsSeen { named: owned_by_uid.get(inc.uid()).map_or(&[], Vec::as_slice), marked: &marked_paths };
+                // A reserved model gone learns the directory its marker names however stale the
+                // snapshot is for it otherwise (no marker gains a uid confirmed gone), so that it
+                // gives the directory up (`DisownDir`); one gone before the first snapshot waited
+                // for it (`tables::reserved_awaits_markers`) and decides now.
+                if inc.is_confirmed() && inc.obj.spec().is_some_and(|s| s.reserve_artifact) {
+                    let dir = dirs.named.iter().find(|d| !shared::in_artifacts(d));
+                    if let Some(dir) = dir.filter(|_| inc.owned_dir().is_none()) {
+                        inc.set_owned_dir(Some(dir.to_string()));
+                    }
+                    st.dirty.push(key.clone());
+                }
                 // Stale for this incarnation: something changed since the snapshot was asked for.
                 if inc.inflight.is_some() || inc.changed_seq > requested_seq {
                     continue;
                 }
                 let label_is_its = i == 0 || !has_current;
-                let dirs =
-                    DirsSeen { named: owned_by_uid.get(inc.uid()).map_or(&[], Vec::as_slice), marked: &marked_paths };
                 if observe_incarnation(inc, &seen, label_is_its, &dirs) {
                     st.dirty.push(key.clone());
                 }

@@ -275,6 +275,8 @@ pub struct State {
     /// A snapshot has been observed since this process started: until then, what a previous run
     /// left on the node is unknown (`claims::contest`).
     snapshot_seen: bool,
+    /// The step that asked for the newest snapshot observed (0 before the first).
+    snapshot_asked_seq: u64,
     /// Until the first snapshot comes: when a failed one is asked for again, and how many have
     /// failed (what waits for the first snapshot should not wait a whole drift period).
     snapshot_retry: Option<Instant>,
@@ -392,6 +394,7 @@ impl State {
             trash: OrdMap::new(),
             drift_started: false,
             snapshot_seen: false,
+            snapshot_asked_seq: 0,
             snapshot_retry: None,
             snapshot_failures: 0,
             snapshot_inflight: None,

@@ -132,6 +132,7 @@ impl State {
                         if let Some(dir) = inc.share.as_mut().and_then(|s| s.owned_dir.take()) {
                             shared::unmarked(dirs, &dir, &uid);
                         }
+                        inc.share_mut().disowned = true;
                     }
                     IncOp::FillSpec => inc.spec_filled = true,
                     IncOp::Link { paths } => inc.share_mut().link = Some(Box::new((paths.link, paths.copy))),

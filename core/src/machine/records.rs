@@ -166,6 +166,9 @@ pub struct Share {
     /// Leaving, it would trash a directory whose marker names other uids (seq of the step it
     /// began to wait): the trash waits for a Node witness sent at or after that step.
     pub trash_after_seq: Option<u64>,
+    /// A reserved model gone that gave its directory up (`Op::DisownDir`): it waits for no
+    /// snapshot (`tables::reserved_awaits_markers`).
+    pub disowned: bool,
 }
 
 /// A download in flight (`Incarnation::inflight` is its id).

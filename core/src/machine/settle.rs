@@ -166,6 +166,7 @@ impl State {
             dirs,
             dirs_trashing,
             snapshot_seen,
+            snapshot_asked_seq,
             node_reads,
             ..
         } = self;
@@ -196,6 +197,7 @@ impl State {
             dirs,
             dirs_trashing,
             markers_known: *snapshot_seen,
+            snapshot_asked_seq: *snapshot_asked_seq,
             node_witness_seq: node_reads.witness.as_ref().map(|w| w.sent.seq),
             trash_hold: node_reads.view_changed_seq == Some(st.seq),
         };
@@ -236,6 +238,8 @@ pub(super) struct Env<'a> {
     pub(super) dirs_trashing: &'a Set<Arc<str>>,
     /// This process's first snapshot has come (`State::snapshot_seen`).
     pub(super) markers_known: bool,
+    /// `State::snapshot_asked_seq`.
+    pub(super) snapshot_asked_seq: u64,
     /// The step that sent the newest Node witness.
     pub(super) node_witness_seq: Option<u64>,
     /// The Node view changed in this step (`Context::trash_hold`).
@@ -377,7 +381,13 @@ fn decide(env: &Env, key: &ModelKey, inc: &Incarnation, want: &Want, ctx: &Conte
             Decision::Act(op, what)
         }
         // A held confirmed incarnation is not done: it waits to clean up.
-        None if inc.is_confirmed() && *want == Want::Absent && !trash_awaits_witness(inc, ctx) => Decision::Finished,
+        None if inc.is_confirmed()
+            && *want == Want::Absent
+            && !trash_awaits_witness(inc, ctx)
+            && !tables::reserved_awaits_markers(inc, ctx) =>
+        {
+            Decision::Finished
+        }
         None => Decision::Nothing,
     }
 }
@@ -523,6 +533,7 @@ fn context<'a>(
         dir: shared::member_draft(inc, &env.config.models_root, (env.node, held_by.is_some()))
             .map(|draft| draft.view(env.dirs, env.dirs_trashing, key, inc.uid())),
         markers_known: env.markers_known,
+        snapshot_asked_seq: env.snapshot_asked_seq,
         node_witness_seq: env.node_witness_seq,
         trash_hold: env.trash_hold,
     }

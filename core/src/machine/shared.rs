@@ -235,6 +235,7 @@ pub fn member_draft<'a>(
                 Fetched::Done(done) => done.plan.fetch_into().filter(|(_, d)| *d == dir).map(|(u, _)| Cow::Borrowed(u)),
                 _ => None,
             };
+            let fetched = fetched.or_else(|| reserved_source(inc, dir).map(Cow::Borrowed));
             // A trash waiting for its Node witness counts as one under way: nothing is fetched
             // into the directory meanwhile.
             let waits = inc.share.as_ref().is_some_and(|s| s.trash_after_seq.is_some());
@@ -248,6 +249,17 @@ pub fn member_draft<'a>(
     };
     let link_at = inc.link().filter(|(_, to)| *to == *dir).map(|(at, _)| at.as_str());
     Some(MemberDraft { dir, source, alive: !inc.is_confirmed(), downloading, holds, trashing, link_at })
+}
+
+/// A live reserved model keeps its directory while it is away from the node (`trash_blocked`);
+/// what it fetched there may not be known (a restart, or it never fetched on this node), and
+/// then it counts as of the source its spec names for that directory. Of no source, it would
+/// count as another source's to every model, and a model of its own source would be refused
+/// the directory for as long as it stays away (swarm seed 1238).
+fn reserved_source<'a>(inc: &'a Incarnation, dir: &str) -> Option<&'a Arc<str>> {
+    let spec = inc.obj.spec().filter(|s| s.reserve_artifact && !inc.is_confirmed())?;
+    let dest = inc.dest.as_ref().ok()?.as_ref()?;
+    (dest.beneath_root() == Some(dir)).then_some(&spec.storage_uri)
 }
 
 impl MemberDraft<'_> {

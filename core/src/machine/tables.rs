@@ -65,6 +65,8 @@ pub struct Context<'a> {
     pub dir: Option<DirView>,
     /// This process's first snapshot has come: what the markers name is known.
     pub markers_known: bool,
+    /// The step that asked for the newest snapshot observed.
+    pub snapshot_asked_seq: u64,
     /// The step that sent the newest live read of this Node that answered.
     pub node_witness_seq: Option<u64>,
     /// The Node view changed in this step: no trash waiting for a witness goes in it.
@@ -475,6 +477,17 @@ fn disowns(inc: &Incarnation, ctx: &Context) -> bool {
     let reserved = inc.obj.spec().is_some_and(|s| s.reserve_artifact);
     let read_only = ctx.root.is_some_and(|r| r.answered && !r.writable);
     reserved && inc.is_confirmed() && !read_only && !ctx.dir.as_ref().is_some_and(|d| d.busy)
+}
+
+/// A reserved model confirmed gone with no directory known stays until a snapshot asked for
+/// since it last changed has shown which directory its marker names (it then gives it up), at
+/// most a drift period: forgotten sooner, the sweep would take that directory for an orphan's
+/// (swarm seeds 1486: the model was being deleted when the agent started; 200002605: it was
+/// deleted, and a candidate, while the first snapshot was out).
+pub fn reserved_awaits_markers(inc: &Incarnation, ctx: &Context) -> bool {
+    let unseen = !ctx.markers_known || inc.changed_seq > ctx.snapshot_asked_seq;
+    let disowned = inc.share.as_ref().is_some_and(|s| s.disowned);
+    inc.obj.spec().is_some_and(|s| s.reserve_artifact) && inc.owned_dir().is_none() && !disowned && unseen
 }
 
 /// A reserved artifact (kept), or a directory another member still uses (released instead by

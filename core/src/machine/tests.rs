@@ -756,6 +756,37 @@ fn a_deleted_reserved_model_gives_its_directory_up_before_it_is_forgotten() {
     assert_eq!(h.s.model_count(), 0);
 }
 
+/// Swarm seed 1486: the reserved model was already being deleted when the agent started, so
+/// its delete was confirmed before any snapshot had shown its directory. It stays until one has
+/// (a snapshot asked for since it last changed), then gives that directory up; forgotten at
+/// once, the sweep would have trashed the weights as an orphan's.
+#[test]
+fn a_reserved_model_gone_before_the_first_snapshot_waits_for_it_to_give_its_directory_up() {
+    let mut h = H::new();
+    let mut o = hf("m", "u1");
+    Arc::make_mut(o.spec.as_mut().unwrap()).reserve_artifact = true;
+    let e = h.start(true, vec![deleting(o)]);
+    let held = h.settle_except(e, |op| *op == Op::Snapshot);
+    assert!(!held.iter().any(|e| matches!(e.op, Op::DisownDir { .. } | Op::TrashDir { .. })), "{held:?}");
+    assert_eq!(h.s.model_count(), 1, "kept until a snapshot shows its directory");
+    let sid = snapshot_request(&held);
+    let snap = DriftSnapshot {
+        owned_dirs: vec![OwnedDir { path: "m".into(), uid: Uid::new("u1") }],
+        ..DriftSnapshot::default()
+    };
+    let e = h.input(Input::DriftObserved { id: sid, snapshot: snap });
+    let mut out = e.clone();
+    for (id, _) in lists(&e) {
+        out.extend(h.input(Input::LiveList { id, result: ListResult::Listed(vec![]) }));
+    }
+    let all = h.settle(out);
+    assert!(!all.iter().any(|e| matches!(e.op, Op::TrashDir { .. })), "{all:?}");
+    let disowned =
+        all.iter().filter(|e| matches!(&e.op, Op::DisownDir { uid, path, .. } if uid.as_str() == "u1" && path == "m"));
+    assert_eq!(disowned.count(), 1, "{all:?}");
+    assert_eq!(h.s.model_count(), 0);
+}
+
 #[test]
 fn download_on_a_read_only_root_fails_with_a_reason_and_makes_the_node_unready() {
     let mut h = H::new();
