@@ -303,10 +303,10 @@ fn dispatch(ctx: &Ctx, Effect { id, op }: Effect) {
             let result = c.fs.call(&what, fsgate::TRASH_DEADLINE, work).await.and_then(|r| r);
             Some(Input::EffectDone { id, outcome: outcome(result) })
         }),
-        Op::DisownDir { uid, path, .. } => spawn(ctx, async move |c: Ctx| {
+        Op::DisownDir { uid, path, keep, .. } => spawn(ctx, async move |c: Ctx| {
             let root = c.root.clone();
             let what = format!("giving {path} up");
-            let work = move || fsops::disown_dir(&root, &path, &uid);
+            let work = move || fsops::disown_dir(&root, &path, &uid, &keep);
             let result = c.fs.call(&what, fsgate::TRASH_DEADLINE, work).await.and_then(|r| r);
             Some(Input::EffectDone { id, outcome: outcome(result) })
         }),

@@ -173,11 +173,12 @@ pub fn write_marker(root: &Path, rel: &str, marker: &Marker) -> Result<(), Strin
     write_marker_in(&fd, rel, marker)
 }
 
-/// `uid` gives directory `rel` up (a reserved model's weights, kept after its delete): it
-/// leaves the marker, and a marker that names no one else is removed, so no sweep takes the
-/// directory for an orphan's. The files are never touched. No directory, no marker, or a marker
-/// that does not name `uid`: nothing to do. A symlink in the path is refused.
-pub fn disown_dir(root: &Path, rel: &str, uid: &Uid) -> Result<(), String> {
+/// `uid` gives directory `rel` up (a reserved model's weights, kept after its delete): the
+/// marker keeps only the uids of `keep` it names (the directory's other live members), and is
+/// removed when it names none, so no sweep takes the directory for an orphan's (a uid left over
+/// of a model gone would make it one). The files are never touched. No directory, no marker, or
+/// a marker that does not name `uid`: nothing to do. A symlink in the path is refused.
+pub fn disown_dir(root: &Path, rel: &str, uid: &Uid, keep: &[Uid]) -> Result<(), String> {
     let root_fd = open_root(root)?;
     let dir = match open_beneath(&root_fd, rel) {
         Ok(fd) => fd,
@@ -185,7 +186,8 @@ pub fn disown_dir(root: &Path, rel: &str, uid: &Uid) -> Result<(), String> {
         Err(e) => return Err(e),
     };
     let Some(marker) = read_marker_in(&dir, rel)?.filter(|m| m.names(uid.as_str())) else { return Ok(()) };
-    let rest: Vec<String> = marker.uids().filter(|u| *u != uid.as_str()).map(str::to_string).collect();
+    let kept = |u: &&str| *u != uid.as_str() && keep.iter().any(|k| k.as_str() == *u);
+    let rest: Vec<String> = marker.uids().filter(kept).map(str::to_string).collect();
     match rest.split_first() {
         None => unlinkat(dir.as_fd(), MARKER, UnlinkatFlags::NoRemoveDir).map_err(|e| format!("{rel}/{MARKER}: {e}")),
         // The key names the model that first wrote the marker; it only ever appears in messages.
@@ -497,22 +499,24 @@ mod tests {
     #[test]
     fn disowning_takes_the_uid_out_of_the_marker_and_never_touches_the_files() {
         let root = tmp("disown");
-        write_marker(&root, "m", &Marker::new("u1", "BaseModel/ns/m", &["u2".into()])).unwrap();
+        // u2 is a live member and stays; u3, of a model gone, goes with u1.
+        write_marker(&root, "m", &Marker::new("u1", "BaseModel/ns/m", &["u2".into(), "u3".into()])).unwrap();
         fs::write(root.join("m/weights.bin"), b"w").unwrap();
-        write_marker(&root, "a/b", &marker("u1")).unwrap();
+        write_marker(&root, "a/b", &Marker::new("u1", "BaseModel/ns/b", &["u3".into()])).unwrap();
         fs::write(root.join("a/b/weights.bin"), b"w").unwrap();
-        disown_dir(&root, "m", &Uid::new("u1")).unwrap();
+        let keep = [Uid::new("u2"), Uid::new("u9")];
+        disown_dir(&root, "m", &Uid::new("u1"), &keep).unwrap();
         let text = fs::read_to_string(root.join("m").join(MARKER)).unwrap();
         assert_eq!(text, r#"{"uid":"u2","key":"BaseModel/ns/m"}"#);
-        disown_dir(&root, "a/b", &Uid::new("u1")).unwrap();
+        disown_dir(&root, "a/b", &Uid::new("u1"), &keep).unwrap();
         assert!(!root.join("a/b").join(MARKER).exists());
         assert!(root.join("a/b/weights.bin").exists() && root.join("m/weights.bin").exists());
         let (owned, _) = scan(&root);
         assert_eq!(owned, vec![OwnedDir { path: "m".into(), uid: Uid::new("u2") }]);
         // Not named, no marker, no directory: nothing to do. No sweep can trash `a/b` now.
-        disown_dir(&root, "m", &Uid::new("u9")).unwrap();
-        disown_dir(&root, "a/b", &Uid::new("u1")).unwrap();
-        disown_dir(&root, "gone", &Uid::new("u1")).unwrap();
+        disown_dir(&root, "m", &Uid::new("u9"), &[]).unwrap();
+        disown_dir(&root, "a/b", &Uid::new("u1"), &[]).unwrap();
+        disown_dir(&root, "gone", &Uid::new("u1"), &[]).unwrap();
         assert!(trash_dir(&root, "a/b", &Uid::new("u1"), "u1-1").unwrap_err().contains("no ownership marker"));
         assert_eq!(fs::read_to_string(root.join("m").join(MARKER)).unwrap(), text);
     }
@@ -523,7 +527,7 @@ mod tests {
         let outside = tmp("disown-outside");
         write_marker(&outside, "m", &marker("u1")).unwrap();
         std::os::unix::fs::symlink(outside.join("m"), root.join("m")).unwrap();
-        assert!(disown_dir(&root, "m", &Uid::new("u1")).is_err());
+        assert!(disown_dir(&root, "m", &Uid::new("u1"), &[]).is_err());
         assert!(outside.join("m").join(MARKER).exists(), "the marker outside is left alone");
     }
 

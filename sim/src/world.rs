@@ -127,6 +127,10 @@ pub struct SimNode {
     pub restarts: u32,
     /// When the running agent process started.
     pub started_at: u64,
+    /// Uid → the reserve label of the newest view of it delivered to the running agent process
+    /// (only uids it was shown reserved): an agent cannot keep for a model what it never saw
+    /// reserved (a label set during an outage, the model gone before the agent reconnected).
+    pub reserve_views: BTreeMap<Uid, bool>,
     pub recorder: Option<Recorder>,
     /// The last steps of this node's agent (kept across restarts, cleared by none).
     pub history: History,
@@ -302,6 +306,10 @@ pub struct World {
     /// Uids deleted while they carried the reserve label (set before the agents' view of specs
     /// may lag), with the instant of the delete.
     reserved_deleted_at: BTreeMap<Uid, u64>,
+    /// Per node, directories whose marker named such a uid when it was deleted (path → uid), until
+    /// a download completes there: the marker may no longer name it (given up, rewritten) while
+    /// the files are still its.
+    reserved_paths: Vec<BTreeMap<String, Uid>>,
 }
 
 impl World {
@@ -333,6 +341,7 @@ impl World {
                     shutdown: false,
                     restarts: 0,
                     started_at: 0,
+                    reserve_views: BTreeMap::new(),
                     recorder: None,
                     history: History::default(),
                 })
@@ -356,6 +365,7 @@ impl World {
             spec_written_at: BTreeMap::new(),
             source_changed_at: BTreeMap::new(),
             reserved_deleted_at: BTreeMap::new(),
+            reserved_paths: vec![BTreeMap::new(); nodes],
         }
     }
 
@@ -492,6 +502,7 @@ impl World {
 
     /// Hand one input to a node's agent and schedule what it asks for.
     pub fn feed(&mut self, node: usize, input: Input) {
+        self.note_reserve_views(node, &input);
         let now = Instant(self.now);
         let audit = self.audit_every_step;
         // Kept for the history and the recorder only (a benchmark run has neither).
@@ -646,7 +657,7 @@ impl World {
                 }
                 self.exec_trash(node, id, uid, path, trash_name)
             }
-            Op::DisownDir { uid, path, .. } => Some(self.exec_disown(node, id, uid, path)),
+            Op::DisownDir { uid, path, keep, .. } => Some(self.exec_disown(node, id, uid, path, keep)),
             Op::PurgeTrash { name } => {
                 self.nodes[node].trash.remove(name);
                 Some(done(id))
@@ -796,6 +807,8 @@ impl World {
             return Some(Input::EffectDone { id, outcome: model_agent_core::machine::Outcome::Downloaded(end) });
         }
         let before = self.nodes[node].files.insert(path.to_string(), Arc::from(storage_uri));
+        // A live model downloaded there since: the files are its now.
+        self.reserved_paths[node].remove(path);
         if let (Some(before), Some(marked)) = (before, marked) {
             self.check_replaced(node, path, (uid, storage_uri), (&before, &marked));
         }
@@ -910,8 +923,34 @@ impl World {
 
     /// The orphan sweep is about to trash `path`: damage when its marker names a model deleted
     /// while it carried the reserve label, whose delete the running agent process saw (it
-    /// started before; a process that started after never knew the model was reserved). The
+    /// started before; a process that started after never knew the model was reserved) and
+    /// which it was last shown reserved. The
     /// agent gives such a directory up when the delete is confirmed (`Op::DisownDir`).
+    /// What the running agent process was last shown of each uid's reserve label, from the
+    /// objects in an input (none is kept for a model never shown reserved).
+    fn note_reserve_views(&mut self, node: usize, input: &Input) {
+        let objects: &[Arc<model_agent_core::ModelObject>] = match input {
+            Input::Watch {
+                event: WatchEvent::Applied(o) | WatchEvent::Deleted(o) | WatchEvent::RelistItem(o), ..
+            } => std::slice::from_ref(o),
+            Input::LiveRead { result: ReadResult::Found(o), .. } => std::slice::from_ref(o),
+            Input::LiveList { result: ListResult::Listed(objs), .. } => objs,
+            _ => return,
+        };
+        let views = &mut self.nodes[node].reserve_views;
+        for o in objects {
+            match o.spec().is_some_and(|s| s.reserve_artifact) {
+                true => _ = views.insert(o.uid.clone(), true),
+                false if !views.is_empty() => {
+                    if let Some(v) = views.get_mut(&o.uid) {
+                        *v = false;
+                    }
+                }
+                false => {}
+            }
+        }
+    }
+
     /// Not checked for shared copies: a reserved model's link to one is removed at its delete,
     /// and the copy goes to the sweep when no live model may use it (README, "Not done").
     fn check_sweep_spares_reserved(&mut self, node: usize, path: &str) {
@@ -920,7 +959,11 @@ impl World {
         }
         let started_at = self.nodes[node].started_at;
         let Some(marker) = self.nodes[node].dirs.get(path) else { return };
-        let reserved = marker.iter().find(|u| self.reserved_deleted_at.get(*u).is_some_and(|&t| t >= started_at));
+        let shown = &self.nodes[node].reserve_views;
+        let kept_for = self.reserved_paths[node].get(path);
+        let reserved = marker.iter().chain(kept_for).find(|u| {
+            self.reserved_deleted_at.get(*u).is_some_and(|&t| t >= started_at) && shown.get(*u) == Some(&true)
+        });
         if let Some(uid) = reserved.cloned() {
             let text =
                 format!("the sweep trashes {path}, the weights of reserved uid {uid} deleted since this agent started");
@@ -1042,14 +1085,22 @@ impl World {
         }
     }
 
-    /// `uid` leaves the marker of `path`, which goes when it names no one else; the files stay.
-    fn exec_disown(&mut self, node: usize, id: model_agent_core::machine::EffectId, uid: &Uid, path: &str) -> Input {
+    /// A marker naming `uid` keeps only the uids of `keep` it names, and goes when it names
+    /// none; the files stay.
+    fn exec_disown(
+        &mut self,
+        node: usize,
+        id: model_agent_core::machine::EffectId,
+        uid: &Uid,
+        path: &str,
+        keep: &[Uid],
+    ) -> Input {
         let n = &mut self.nodes[node];
         if !n.root_writable {
             return Input::EffectDone { id, outcome: fail("read-only file system") };
         }
-        if let Some(marker) = n.dirs.get_mut(path) {
-            marker.remove(uid);
+        if let Some(marker) = n.dirs.get_mut(path).filter(|m| m.contains(uid)) {
+            marker.retain(|u| u != uid && keep.contains(u));
             if marker.is_empty() {
                 n.dirs.remove(path);
             }
@@ -1276,6 +1327,7 @@ impl World {
         let n = &mut self.nodes[node];
         n.generation += 1;
         n.started_at = self.now;
+        n.reserve_views.clear();
         n.restarts += u32::from(n.generation > 1);
         n.shutdown = false;
         n.wake_at = None;
@@ -1389,6 +1441,11 @@ impl World {
         let reserved = self.api.objects.get(key).filter(|o| o.spec().reserve_artifact && !o.deleting());
         if let Some(o) = reserved.filter(|_| self.spec_written_at.get(key).is_none_or(|&t| settled(t))) {
             self.reserved_deleted_at.insert(o.uid.clone(), self.now);
+            for (n, node) in self.nodes.iter().enumerate() {
+                for (path, _) in node.dirs.iter().filter(|(p, m)| m.contains(&o.uid) && !is_copy(p)) {
+                    self.reserved_paths[n].insert(path.clone(), o.uid.clone());
+                }
+            }
         }
         for change in self.api.delete(key) {
             self.fanout(change);

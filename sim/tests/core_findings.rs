@@ -153,7 +153,7 @@ fn a_co_owner_s_delete_waits_for_a_fresh_node_witness_before_trashing() {
 /// 0-999 fail on that check. With it, three more: 1486 (the model was being deleted when the
 /// agent started, its delete confirmed before any snapshot showed its directory) and 200002605
 /// (deleted while the first snapshot was out, stale for it) now wait for a snapshot before they
-/// are forgotten (`tables::reserved_awaits_markers`); 1238 (a reserved model away from the node
+/// are forgotten (`tables::reserved_disown_pending`); 1238 (a reserved model away from the node
 /// keeps its directory, and with no fetch known there it counted as of no source, so a model of
 /// its own source was refused the directory for good) now counts as of its spec's source there
 /// (`shared::reserved_source`).

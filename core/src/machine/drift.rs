@@ -91,7 +91,7 @@ impl State {
                 // A reserved model gone learns the directory its marker names however stale the
                 // snapshot is for it otherwise (no marker gains a uid confirmed gone), so that it
                 // gives the directory up (`DisownDir`); one gone before the first snapshot waited
-                // for it (`tables::reserved_awaits_markers`) and decides now.
+                // for it (`tables::reserved_disown_pending`) and decides now.
                 if inc.is_confirmed() && inc.obj.spec().is_some_and(|s| s.reserve_artifact) {
                     let dir = dirs.named.iter().find(|d| !shared::in_artifacts(d));
                     if let Some(dir) = dir.filter(|_| inc.owned_dir().is_none()) {

@@ -99,6 +99,13 @@ impl State {
             Some(NodeReadResult::Failed(reason)) => reason,
             None => format!("live read of the Node timed out after {} ms", self.config.live_read_timeout_ms),
         };
+        // Copies parked for a Node witness are decided on the read sent for them or not at all:
+        // a retry answers a backoff later, when the check's LISTs may be older than a change
+        // of a model that may use them (swarm seed 7003956: a nodeSelector removed 1 s after
+        // the LISTs, the copy trashed 14 s later). They wait for the next sweep.
+        if self.orphan_check.as_ref().is_some_and(|c| c.parked) {
+            self.orphan_check = None;
+        }
         let config = &self.config;
         let delay =
             backoff_ms(self.node_reads.attempt, config.retry_delay_ms_min, config.retry_delay_ms_max, &mut self.prng);

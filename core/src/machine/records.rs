@@ -167,7 +167,7 @@ pub struct Share {
     /// began to wait): the trash waits for a Node witness sent at or after that step.
     pub trash_after_seq: Option<u64>,
     /// A reserved model gone that gave its directory up (`Op::DisownDir`): it waits for no
-    /// snapshot (`tables::reserved_awaits_markers`).
+    /// snapshot (`tables::reserved_disown_pending`).
     pub disowned: bool,
 }
 

@@ -378,13 +378,20 @@ fn decide(env: &Env, key: &ModelKey, inc: &Incarnation, want: &Want, ctx: &Conte
                 inc.life
             );
             debug_assert!(inc.inflight.is_none(), "{key} {}: a second effect in flight", inc.uid());
+            let op = match op {
+                Op::DisownDir { key, uid, path, .. } => {
+                    let keep = shared::alive_members(env.dirs, &path, &uid);
+                    Op::DisownDir { key, uid, path, keep }
+                }
+                op => op,
+            };
             Decision::Act(op, what)
         }
         // A held confirmed incarnation is not done: it waits to clean up.
         None if inc.is_confirmed()
             && *want == Want::Absent
             && !trash_awaits_witness(inc, ctx)
-            && !tables::reserved_awaits_markers(inc, ctx) =>
+            && !tables::reserved_disown_pending(inc, ctx) =>
         {
             Decision::Finished
         }

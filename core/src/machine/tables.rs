@@ -452,7 +452,9 @@ fn withdraw_op(key: &ModelKey, inc: &Incarnation, ctx: &Context, now: Instant) -
     }
     match inc.owned_dir() {
         Some(path) if disowns(inc, ctx) => {
-            let op = Op::DisownDir { key: key.clone(), uid: inc.uid().clone(), path: path.to_string() };
+            // `keep` is filled in by `settle::decide`, which sees the directory's members.
+            let op =
+                Op::DisownDir { key: key.clone(), uid: inc.uid().clone(), path: path.to_string(), keep: Vec::new() };
             Some((op, IncOp::Disown))
         }
         Some(path) if !trash_blocked(inc, ctx) && !awaits_trash_witness(inc, ctx) => {
@@ -479,15 +481,16 @@ fn disowns(inc: &Incarnation, ctx: &Context) -> bool {
     reserved && inc.is_confirmed() && !read_only && !ctx.dir.as_ref().is_some_and(|d| d.busy)
 }
 
-/// A reserved model confirmed gone with no directory known stays until a snapshot asked for
-/// since it last changed has shown which directory its marker names (it then gives it up), at
-/// most a drift period: forgotten sooner, the sweep would take that directory for an orphan's
-/// (swarm seeds 1486: the model was being deleted when the agent started; 200002605: it was
-/// deleted, and a candidate, while the first snapshot was out).
-pub fn reserved_awaits_markers(inc: &Incarnation, ctx: &Context) -> bool {
+/// A reserved model confirmed gone stays until it has given its directory up: while another
+/// member's download writes the marker or the root is read-only (swarm seed 7002657: forgotten
+/// then, the sweep took the weights later), and, with no directory known, until a snapshot
+/// asked for since it last changed has shown which directory its marker names, at most a drift
+/// period (seeds 1486: the model was being deleted when the agent started; 200002605: it was
+/// deleted, and a candidate, while the first snapshot was out). Each snapshot wakes it.
+pub fn reserved_disown_pending(inc: &Incarnation, ctx: &Context) -> bool {
     let unseen = !ctx.markers_known || inc.changed_seq > ctx.snapshot_asked_seq;
     let disowned = inc.share.as_ref().is_some_and(|s| s.disowned);
-    inc.obj.spec().is_some_and(|s| s.reserve_artifact) && inc.owned_dir().is_none() && !disowned && unseen
+    inc.obj.spec().is_some_and(|s| s.reserve_artifact) && !disowned && (inc.owned_dir().is_some() || unseen)
 }
 
 /// A reserved artifact (kept), or a directory another member still uses (released instead by

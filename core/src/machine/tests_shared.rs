@@ -129,10 +129,10 @@ fn answer(
             seen.trashed.push(path.clone());
             done
         }
-        Op::DisownDir { uid, path, .. } => {
+        Op::DisownDir { uid, path, keep, .. } => {
             seen.disowned.push((uid.to_string(), path.clone()));
             if let Some(named) = seen.markers.as_mut().and_then(|m| m.get_mut(path)) {
-                named.remove(uid.as_str());
+                named.retain(|u| *u != uid.as_str() && keep.iter().any(|k| k.as_str() == u));
             }
             done
         }
@@ -1244,6 +1244,49 @@ fn a_model_withdrawn_from_a_copy_the_sweep_keeps_asks_for_no_snapshot_each_secon
     assert!(snapshots <= 1, "{snapshots} snapshots in 30 s");
 }
 
+/// Swarm seed 7003956: the sweep's first live read of the Node timed out and its retry came
+/// 14 s after the LISTs, which no longer showed a change of a model that may use the copy (its
+/// nodeSelector removed meanwhile). Copies parked for a witness are decided on the read sent
+/// for them or not at all: on a failed one they wait for the next sweep, with fresh LISTs.
+#[test]
+fn a_copy_parked_for_a_node_witness_is_not_decided_on_a_retried_read() {
+    let mut h = H::new();
+    let m = gpu_only(reuse(&ModelKey::cluster("m"), "u1", "/mnt/models/m"));
+    let (gpu, cpu) = gpu_and_cpu();
+    let marked = copy_marked(&["u1"]);
+    let listed = [m.clone()];
+    let mut seen = Seen::default();
+    let e = h.start_on(gpu, true, vec![m.clone()]);
+    run(&mut h, e, &mut seen, &marked, &listed);
+    let e = leave_node(&mut h, &m, cpu.clone());
+    run(&mut h, e, &mut seen, &marked, &listed);
+    assert_eq!(h.view(&m.key, "u1").life, Life::Withdrawn);
+    let (mut node_reads, mut e) = (0, h.advance(shared::SWEEP_DELAY_MS));
+    for _ in 0..20 {
+        for _ in 0..50 {
+            let mut next = Vec::new();
+            for x in std::mem::take(&mut e) {
+                let input = match &x.op {
+                    Op::LiveGetNode => {
+                        node_reads += 1;
+                        let result = match node_reads {
+                            1 => NodeReadResult::Failed("timed out".into()),
+                            _ => NodeReadResult::Found(cpu.clone()),
+                        };
+                        Some(Input::NodeRead { id: x.id, result })
+                    }
+                    _ => answer(&h, &x, &mut seen, (&marked, &listed), &mut Vec::new()),
+                };
+                next.extend(input.map(|i| h.input(i)).unwrap_or_default());
+            }
+            e = next;
+        }
+        e = h.advance(1_000);
+    }
+    assert!(node_reads >= 2, "the read was tried again ({node_reads})");
+    assert!(seen.trashed.is_empty(), "trashed on a retried witness, on old LISTs: {:?}", seen.trashed);
+}
+
 #[test]
 fn a_copy_waiting_for_a_node_witness_holds_back_no_other_orphan() {
     // As above, but the live reads of the Node fail: the copy waits, and an orphan label the
@@ -1282,4 +1325,101 @@ fn a_copy_waiting_for_a_node_witness_holds_back_no_other_orphan() {
     }
     assert!(seen.trashed.is_empty(), "trashed without a Node witness: {:?}", seen.trashed);
     assert_eq!(removed, vec![ghost.to_string()], "the orphan label waits for nothing");
+}
+
+// ---- Reserved models' directories (found by a review of the disown) ---------------------------
+
+#[test]
+fn the_sweep_after_a_disown_spares_a_directory_still_naming_a_released_co_owner() {
+    // Reserved `a` and `b` share a path; `a` leaves the node, `b` is deleted and releases the
+    // directory to `a` (its uid stays in the marker); `a` is deleted and gives it up. The marker
+    // must not be left naming `b1` alone, a uid of no model, which the sweep would take for an
+    // orphan's.
+    let mut h = H::new();
+    let mut a = gpu_only(obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", Some("/mnt/models/shared")));
+    Arc::make_mut(a.spec.as_mut().unwrap()).reserve_artifact = true;
+    let b = obj(&ModelKey::cluster("b"), "b1", "hf://org/repo", Some("/mnt/models/shared"));
+    let (gpu, cpu) = gpu_and_cpu();
+    let both = [a.clone(), b.clone()];
+    let mut seen = Seen { markers: Some(BTreeMap::new()), ..Seen::default() };
+    let e = h.start_on(gpu, true, both.to_vec());
+    run(&mut h, e, &mut seen, &[], &both);
+    let e = leave_node(&mut h, &a, cpu);
+    run(&mut h, e, &mut seen, &[], &both);
+    let e = delete(&mut h, &b);
+    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&a));
+    let e = delete(&mut h, &a);
+    run(&mut h, e, &mut seen, &[], &[]);
+    assert_eq!(seen.disowned, vec![("a1".to_string(), "shared".to_string())]);
+    for _ in 0..3 {
+        let e = h.advance(300_000);
+        run(&mut h, e, &mut seen, &[], &[]);
+    }
+    assert!(seen.trashed.is_empty(), "a reserved model's weights trashed: {:?}", seen.trashed);
+}
+
+#[test]
+fn a_reserved_model_deleted_while_a_co_owner_downloads_gives_its_directory_up_after() {
+    let mut h = H::new();
+    let mut a = obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", Some("/mnt/models/shared"));
+    Arc::make_mut(a.spec.as_mut().unwrap()).reserve_artifact = true;
+    let mut b = obj(&ModelKey::cluster("b"), "b1", "hf://org/repo", Some("/mnt/models/shared"));
+    Arc::make_mut(b.spec.as_mut().unwrap()).reserve_artifact = true;
+    let mut seen = Seen::default();
+    let e = h.start(true, vec![a.clone()]);
+    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&a));
+    let e = h.apply(b.clone());
+    let all = h.settle_except(e, |op| matches!(op, Op::Download { .. }));
+    let dl =
+        all.iter().find(|e| matches!(&e.op, Op::Download { uid, .. } if uid.as_str() == "b1")).expect("b downloads");
+    assert!(matches!(&dl.op, Op::Download { co_owners, .. } if co_owners.iter().any(|u| u.as_str() == "a1")));
+    let dl = dl.id;
+    let e = h.watch(a.key.kind, WatchEvent::Deleted(a.clone().into()));
+    let e = h.input(Input::LiveRead { id: one_get(&e), result: ReadResult::NotFound });
+    h.settle(e);
+    assert_eq!(h.s.model_count(), 2, "`a` waits for the download to end, not forgotten");
+    let result = DownloadResult::Done { commit: COMMIT.into(), metadata: None, bytes: 1000 };
+    let e = h.input(Input::EffectDone { id: dl, outcome: Outcome::Downloaded(DownloadEnd { marked: true, result }) });
+    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&b));
+    let e = h.advance(300_000);
+    let left = [
+        OwnedDir { path: "shared".into(), uid: Uid::new("a1") },
+        OwnedDir { path: "shared".into(), uid: Uid::new("b1") },
+    ];
+    run(&mut h, e, &mut seen, &left, std::slice::from_ref(&b));
+    assert!(seen.disowned.contains(&("a1".to_string(), "shared".to_string())), "{:?}", seen.disowned);
+    assert!(seen.trashed.is_empty(), "reserved weights trashed: {:?}", seen.trashed);
+}
+
+#[test]
+fn a_stale_snapshot_s_disowned_uid_goes_at_the_next_disown() {
+    // A snapshot asked for before `a` gave the directory up lands after it and names `a1`
+    // again: `c`'s download writes it back into the marker. The next disown there (`b`, also
+    // reserved) keeps only live members, so no uid of a model gone is left to make it an orphan.
+    let mut h = H::new();
+    let mut a = obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", Some("/mnt/models/shared"));
+    Arc::make_mut(a.spec.as_mut().unwrap()).reserve_artifact = true;
+    let mut b = obj(&ModelKey::cluster("b"), "b1", "hf://org/repo", Some("/mnt/models/shared"));
+    Arc::make_mut(b.spec.as_mut().unwrap()).reserve_artifact = true;
+    let mut seen = Seen { markers: Some(BTreeMap::new()), ..Seen::default() };
+    let both = [a.clone(), b.clone()];
+    let e = h.start(true, both.to_vec());
+    run(&mut h, e, &mut seen, &[], &both);
+    let stale = seen.snapshot(&[]);
+    seen.snapshots_held = Some(Vec::new());
+    let e = h.advance(300_000);
+    run(&mut h, e, &mut seen, &[], &both);
+    let sid = seen.snapshots_held.as_mut().unwrap().pop().expect("a snapshot asked for");
+    seen.snapshots_held = None;
+    let e = delete(&mut h, &a);
+    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&b));
+    let e = h.input(Input::DriftObserved { id: sid, snapshot: stale });
+    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&b));
+    let c = obj(&ModelKey::cluster("c"), "c1", "hf://org/repo", Some("/mnt/models/shared"));
+    let e = h.apply(c.clone());
+    run(&mut h, e, &mut seen, &[], &[b.clone(), c.clone()]);
+    let e = delete(&mut h, &b);
+    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&c));
+    let named = &seen.markers.as_ref().unwrap()["shared"];
+    assert!(!named.contains("a1") && !named.contains("b1") && named.contains("c1"), "{named:?}");
 }
