@@ -174,7 +174,7 @@ pub fn write_marker(root: &Path, rel: &str, marker: &Marker) -> Result<(), Strin
 }
 
 /// `uid` gives directory `rel` up (a reserved model's weights, kept after its delete): the
-/// marker keeps only the uids of `keep` it names (the directory's other live members), and is
+/// marker keeps only the uids of `keep` it names (those that may be of live models), and is
 /// removed when it names none, so no sweep takes the directory for an orphan's (a uid left over
 /// of a model gone would make it one). The files are never touched. No directory, no marker, or
 /// a marker that does not name `uid`: nothing to do. A symlink in the path is refused.
@@ -499,7 +499,7 @@ mod tests {
     #[test]
     fn disowning_takes_the_uid_out_of_the_marker_and_never_touches_the_files() {
         let root = tmp("disown");
-        // u2 is a live member and stays; u3, of a model gone, goes with u1.
+        // u2 stays; u3, of a model gone, goes with u1.
         write_marker(&root, "m", &Marker::new("u1", "BaseModel/ns/m", &["u2".into(), "u3".into()])).unwrap();
         fs::write(root.join("m/weights.bin"), b"w").unwrap();
         write_marker(&root, "a/b", &Marker::new("u1", "BaseModel/ns/b", &["u3".into()])).unwrap();

@@ -259,6 +259,34 @@ impl State {
         }
     }
 
+    /// Each `Op::DisownDir` of the step keeps in the marker the uids of the directory (its
+    /// members and what its marker is known to name) that may be of live models: a known
+    /// incarnation not confirmed gone, or, before every kind is listed, a uid no known model
+    /// has. Any other uid in the marker is of a model gone, and would make the directory an
+    /// orphan's. Filled when every record of the step is settled, so that no live model is left
+    /// out for the order in which keys settle (a second review found that hole in a `keep` read
+    /// during settling).
+    pub(super) fn fill_disowns(&self, st: &mut Step) {
+        if !st.out.iter().any(|e| matches!(e.op, Op::DisownDir { .. })) {
+            return;
+        }
+        let synced = self.kinds.iter().all(|k| k.synced);
+        let mut alive: FxHashMap<&Uid, bool> = FxHashMap::default();
+        for inc in self.slots.values().flat_map(|s| s.all()) {
+            *alive.entry(inc.uid()).or_default() |= !inc.is_confirmed();
+        }
+        for e in st.out.iter_mut() {
+            let Op::DisownDir { uid, path, keep, .. } = &mut e.op else { continue };
+            let Some(using) = self.dirs.get(path.as_str()) else { continue };
+            let uids = using.marked.iter().chain(using.members.iter().map(|m| &m.uid));
+            let live = |u: &&Uid| *u != uid && alive.get(*u).copied().unwrap_or(!synced);
+            let mut kept: Vec<Uid> = uids.filter(live).cloned().collect();
+            kept.sort();
+            kept.dedup();
+            *keep = kept;
+        }
+    }
+
     /// May a model listed now or known use the copy `rel` (`shared::may_use_copy`)? With
     /// `placed: Some(witness)`, only one placed here by the Node view or by that witness; with
     /// `None`, wherever it is placed.

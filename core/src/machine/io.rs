@@ -432,10 +432,10 @@ pub enum Op {
     /// `<root>/.model-agent-trash/<trash_name>`; a directory whose marker differs is left alone.
     TrashDir { key: Option<ModelKey>, uid: Uid, path: String, trash_name: String },
     /// Give up the directory `path` of a reserved model confirmed gone, leaving its files in
-    /// place: the marker keeps only the uids of `keep` it names (the directory's other live
-    /// members), and goes when it names none of them, so no later sweep takes the weights for
-    /// an orphan's (a uid left over in the marker, of a model gone, would make it one). A marker
-    /// that does not name `uid`, or none, is `Done`.
+    /// place: the marker keeps only the uids of `keep` it names (those that may be of live
+    /// models), and goes when it names none, so no later sweep takes the weights for an orphan's
+    /// (a uid left over in the marker, of a model gone, would make it one). A marker that does
+    /// not name `uid`, or none, is `Done`.
     DisownDir { key: ModelKey, uid: Uid, path: String, keep: Vec<Uid> },
     /// Destructive. Delete one entry of the trash folder for good.
     PurgeTrash { name: String },

@@ -501,6 +501,7 @@ impl State {
             self.apply_verdicts(&mut st);
         }
         self.settle(&mut st);
+        self.fill_disowns(&mut st);
         let (out, notes, dirty) = st.into_parts();
         release_empty(dirty);
         let effects = self.release_effects(out);

@@ -378,13 +378,6 @@ fn decide(env: &Env, key: &ModelKey, inc: &Incarnation, want: &Want, ctx: &Conte
                 inc.life
             );
             debug_assert!(inc.inflight.is_none(), "{key} {}: a second effect in flight", inc.uid());
-            let op = match op {
-                Op::DisownDir { key, uid, path, .. } => {
-                    let keep = shared::alive_members(env.dirs, &path, &uid);
-                    Op::DisownDir { key, uid, path, keep }
-                }
-                op => op,
-            };
             Decision::Act(op, what)
         }
         // A held confirmed incarnation is not done: it waits to clean up.

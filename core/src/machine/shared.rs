@@ -469,22 +469,11 @@ pub(super) fn marked(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &str, uids: &[U
     using.marked.dedup();
 }
 
-/// The uids of `dir`'s members not confirmed gone, but `except`, sorted.
-pub(super) fn alive_members(dirs: &Map<Arc<str>, Arc<DirUse>>, dir: &str, except: &Uid) -> Vec<Uid> {
-    let members = dirs.get(dir).map(|using| using.members.as_slice()).unwrap_or_default();
-    let mut alive: Vec<Uid> = members.iter().filter(|m| m.alive && m.uid != *except).map(|m| m.uid.clone()).collect();
-    alive.sort();
-    alive.dedup();
-    alive
-}
-
-/// `uid` gave `dir` up (`Op::DisownDir`): its marker names only the live members it named.
+/// `uid` gave `dir` up (`Op::DisownDir`). Other uids the marker lost, of models gone, go again
+/// at the next disown if a download writes them back.
 pub(super) fn unmarked(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &str, uid: &Uid) {
-    let keep = alive_members(dirs, dir, uid);
-    let Some(shared) = dirs.get_mut(dir).filter(|using| using.marked.iter().any(|u| !keep.contains(u))) else {
-        return;
-    };
-    Arc::make_mut(shared).marked.retain(|u| keep.contains(u));
+    let Some(shared) = dirs.get_mut(dir).filter(|using| using.marked.binary_search(uid).is_ok()) else { return };
+    Arc::make_mut(shared).marked.retain(|u| u != uid);
 }
 
 /// May a model listed (or known) use the copy `rel`? Conservative: an `hf://` model of the same

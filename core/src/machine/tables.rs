@@ -452,7 +452,8 @@ fn withdraw_op(key: &ModelKey, inc: &Incarnation, ctx: &Context, now: Instant) -
     }
     match inc.owned_dir() {
         Some(path) if disowns(inc, ctx) => {
-            // `keep` is filled in by `settle::decide`, which sees the directory's members.
+            // `keep` is filled in at the end of the step (`State::fill_disowns`), when every
+            // model's record is settled.
             let op =
                 Op::DisownDir { key: key.clone(), uid: inc.uid().clone(), path: path.to_string(), keep: Vec::new() };
             Some((op, IncOp::Disown))

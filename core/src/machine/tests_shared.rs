@@ -1423,3 +1423,81 @@ fn a_stale_snapshot_s_disowned_uid_goes_at_the_next_disown() {
     let named = &seen.markers.as_ref().unwrap()["shared"];
     assert!(!named.contains("a1") && !named.contains("b1") && named.contains("c1"), "{named:?}");
 }
+
+// Found by a second review: the disown's first `keep` (the directory's live members, read while
+// keys settle one by one) left out a live reserved model away from the node, and a co-owner's
+// delete then trashed its weights. `keep` is now filled once every key of the step has
+// settled.
+
+fn reserved(o: ModelObject) -> ModelObject {
+    let mut o = o;
+    Arc::make_mut(o.spec.as_mut().unwrap()).reserve_artifact = true;
+    o
+}
+
+#[test]
+fn a_disown_at_the_first_snapshot_keeps_a_reserved_model_away_in_the_marker() {
+    // After a restart: reserved `a` was deleted (finalizer held), reserved `w` is away from the
+    // node (its nodeSelector), `x` is placed; all three share `shared`, whose marker names all.
+    let at = Some("/mnt/models/shared");
+    let r = reserved(obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", at));
+    let w = reserved(gpu_only(obj(&ModelKey::cluster("w"), "w1", "hf://org/repo", at)));
+    let x = obj(&ModelKey::cluster("x"), "x1", "hf://org/repo", at);
+    let (_gpu, cpu) = gpu_and_cpu();
+    let mut markers = BTreeMap::new();
+    markers.insert("shared".to_string(), ["a1", "w1", "x1"].iter().map(|s| s.to_string()).collect::<BTreeSet<_>>());
+    let mut seen = Seen { markers: Some(markers), ..Seen::default() };
+    let mut h = H::new();
+    let e = h.start_on(cpu, true, vec![deleting(r.clone()), w.clone(), x.clone()]);
+    run(&mut h, e, &mut seen, &[], &[w.clone(), x.clone()]);
+    let e = h.advance(300_000);
+    run(&mut h, e, &mut seen, &[], &[w.clone(), x.clone()]);
+    let e = delete(&mut h, &x);
+    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&w));
+    for _ in 0..3 {
+        let e = h.advance(300_000);
+        run(&mut h, e, &mut seen, &[], std::slice::from_ref(&w));
+    }
+    assert!(seen.trashed.is_empty(), "the weights of live reserved w1 trashed: {:?}", seen.trashed);
+}
+
+#[test]
+fn a_disown_on_a_snapshot_stale_for_a_reserved_model_away_keeps_it_in_the_marker() {
+    let at = Some("/mnt/models/shared");
+    let r = reserved(obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", at));
+    let w = reserved(gpu_only(obj(&ModelKey::cluster("w"), "w1", "hf://org/repo", at)));
+    let x = obj(&ModelKey::cluster("x"), "x1", "hf://org/repo", at);
+    let (_gpu, cpu) = gpu_and_cpu();
+    let mut markers = BTreeMap::new();
+    markers.insert("shared".to_string(), ["a1", "w1", "x1"].iter().map(|s| s.to_string()).collect::<BTreeSet<_>>());
+    let mut seen = Seen { markers: Some(markers), snapshots_held: Some(Vec::new()), ..Seen::default() };
+    let mut h = H::new();
+    let e = h.start_on(cpu.clone(), true, vec![deleting(r.clone()), w.clone(), x.clone()]);
+    let gets: Vec<EffectId> = e.iter().filter(|e| matches!(e.op, Op::LiveGet { .. })).map(|e| e.id).collect();
+    run(&mut h, e, &mut seen, &[], &[w.clone(), x.clone()]);
+    let sid = seen.snapshots_held.as_mut().unwrap().pop().expect("the first snapshot asked");
+    seen.snapshots_held = None;
+    // `w`'s exit: its live read and the Node's agree; what it does then lands after the ask.
+    let mut e = Vec::new();
+    for id in gets {
+        e.extend(h.input(Input::LiveRead { id, result: ReadResult::Found(w.clone().into()) }));
+    }
+    for x in e.clone() {
+        if matches!(x.op, Op::LiveGetNode) {
+            e.extend(h.input(Input::NodeRead { id: x.id, result: NodeReadResult::Found(cpu.clone()) }));
+        }
+    }
+    run(&mut h, e, &mut seen, &[], &[w.clone(), x.clone()]);
+    let snap = seen.snapshot(&[]);
+    let e = h.input(Input::DriftObserved { id: sid, snapshot: snap });
+    run(&mut h, e, &mut seen, &[], &[w.clone(), x.clone()]);
+    let e = h.advance(300_000);
+    run(&mut h, e, &mut seen, &[], &[w.clone(), x.clone()]);
+    let e = delete(&mut h, &x);
+    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&w));
+    for _ in 0..3 {
+        let e = h.advance(300_000);
+        run(&mut h, e, &mut seen, &[], std::slice::from_ref(&w));
+    }
+    assert!(seen.trashed.is_empty(), "the weights of live reserved w1 trashed: {:?}", seen.trashed);
+}
