@@ -277,10 +277,18 @@ impl State {
         }
         for e in st.out.iter_mut() {
             let Op::DisownDir { uid, path, keep, .. } = &mut e.op else { continue };
-            let Some(using) = self.dirs.get(path.as_str()) else { continue };
-            let uids = using.marked.iter().chain(using.members.iter().map(|m| &m.uid));
+            let using = self.dirs.get(path.as_str());
+            let recorded = using.into_iter().flat_map(|d| d.marked.iter().chain(d.members.iter().map(|m| &m.uid)));
             let live = |u: &&Uid| *u != uid && alive.get(*u).copied().unwrap_or(!synced);
-            let mut kept: Vec<Uid> = uids.filter(live).cloned().collect();
+            // A live model whose spec names the directory may be in the marker though the
+            // record does not say so (a download that kept the marker's uids before the first
+            // snapshot): kept as well.
+            let names_it = |i: &&Incarnation| {
+                !i.is_confirmed()
+                    && i.dest.as_ref().ok().and_then(|d| d.as_ref()?.beneath_root()) == Some(path.as_str())
+            };
+            let named = self.slots.values().flat_map(|s| s.all()).filter(names_it).map(|i| i.uid());
+            let mut kept: Vec<Uid> = recorded.filter(live).chain(named).filter(|u| *u != uid).cloned().collect();
             kept.sort();
             kept.dedup();
             *keep = kept;

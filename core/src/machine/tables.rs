@@ -473,13 +473,15 @@ fn withdraw_op(key: &ModelKey, inc: &Incarnation, ctx: &Context, now: Instant) -
 }
 
 /// A reserved model confirmed gone gives its directory up (`Op::DisownDir`), so that no sweep
-/// trashes it later as an orphan's: not while another member's download writes the marker, nor
-/// on a root known to be read-only (where nothing can trash it either, and a retry would keep
-/// the incarnation for good).
+/// trashes it later as an orphan's: not before the first snapshot has shown what the markers
+/// name (`State::fill_disowns` keeps those of live models), nor while another member's download
+/// writes the marker, nor on a root known to be read-only (where nothing can trash it either,
+/// and a retry would keep the incarnation for good).
 fn disowns(inc: &Incarnation, ctx: &Context) -> bool {
     let reserved = inc.obj.spec().is_some_and(|s| s.reserve_artifact);
     let read_only = ctx.root.is_some_and(|r| r.answered && !r.writable);
-    reserved && inc.is_confirmed() && !read_only && !ctx.dir.as_ref().is_some_and(|d| d.busy)
+    let busy = ctx.dir.as_ref().is_some_and(|d| d.busy);
+    reserved && inc.is_confirmed() && ctx.markers_known && !read_only && !busy
 }
 
 /// A reserved model confirmed gone stays until it has given its directory up: while another

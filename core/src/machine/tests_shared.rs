@@ -1501,3 +1501,75 @@ fn a_disown_on_a_snapshot_stale_for_a_reserved_model_away_keeps_it_in_the_marker
     }
     assert!(seen.trashed.is_empty(), "the weights of live reserved w1 trashed: {:?}", seen.trashed);
 }
+
+// Found by a third review: a disown before the first snapshot, after a `keep_marked` download:
+// the marker keeps w1 (the download kept it) but the core recorded only the download's owners.
+// The disown now waits for the first snapshot, and `keep` has every live model naming the path.
+#[test]
+fn a_disown_before_the_first_snapshot_after_a_keep_marked_download_keeps_a_reserved_model_away() {
+    let at = Some("/mnt/models/shared");
+    let a = reserved(obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", at));
+    let w = reserved(gpu_only(obj(&ModelKey::cluster("w"), "w1", "hf://org/repo", at)));
+    let x = obj(&ModelKey::cluster("x"), "x1", "hf://org/repo", at);
+    let (_gpu, cpu) = gpu_and_cpu();
+    let mut markers = BTreeMap::new();
+    markers.insert("shared".to_string(), ["a1", "w1", "x1"].iter().map(|s| s.to_string()).collect::<BTreeSet<_>>());
+    let mut seen = Seen { markers: Some(markers), snapshots_held: Some(Vec::new()), ..Seen::default() };
+    let mut h = H::new();
+    let e = h.start_on(cpu, true, vec![a.clone(), w.clone(), x.clone()]);
+    run(&mut h, e, &mut seen, &[], &[a.clone(), w.clone(), x.clone()]);
+    // `a` is deleted before the first snapshot is answered.
+    let e = delete(&mut h, &a);
+    run(&mut h, e, &mut seen, &[], &[w.clone(), x.clone()]);
+    let held = std::mem::take(seen.snapshots_held.as_mut().unwrap());
+    seen.snapshots_held = None;
+    for sid in held {
+        let snap = seen.snapshot(&[]);
+        let e = h.input(Input::DriftObserved { id: sid, snapshot: snap });
+        run(&mut h, e, &mut seen, &[], &[w.clone(), x.clone()]);
+    }
+    let e = h.advance(300_000);
+    run(&mut h, e, &mut seen, &[], &[w.clone(), x.clone()]);
+    let e = delete(&mut h, &x);
+    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&w));
+    for _ in 0..3 {
+        let e = h.advance(300_000);
+        run(&mut h, e, &mut seen, &[], std::slice::from_ref(&w));
+    }
+    assert!(seen.trashed.is_empty(), "the weights of live reserved w1 trashed: {:?}", seen.trashed);
+    assert!(seen.markers.as_ref().unwrap().get("shared").is_some_and(|m| m.contains("w1")), "{:?}", seen.markers);
+}
+
+// Also from the third review: as `a_disown_on_a_snapshot_stale_for_a_reserved_model_away_keeps_it_in_the_marker`,
+// with no third member, so that no record of `shared` may exist when the snapshot comes: the
+// marker still names live w1 after the disown.
+#[test]
+fn a_disown_on_a_stale_snapshot_with_no_record_of_the_directory_keeps_w() {
+    let at = Some("/mnt/models/shared");
+    let r = reserved(obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", at));
+    let w = reserved(gpu_only(obj(&ModelKey::cluster("w"), "w1", "hf://org/repo", at)));
+    let (_gpu, cpu) = gpu_and_cpu();
+    let mut markers = BTreeMap::new();
+    markers.insert("shared".to_string(), ["a1", "w1"].iter().map(|s| s.to_string()).collect::<BTreeSet<_>>());
+    let mut seen = Seen { markers: Some(markers), snapshots_held: Some(Vec::new()), ..Seen::default() };
+    let mut h = H::new();
+    let e = h.start_on(cpu.clone(), true, vec![deleting(r.clone()), w.clone()]);
+    let gets: Vec<EffectId> = e.iter().filter(|e| matches!(e.op, Op::LiveGet { .. })).map(|e| e.id).collect();
+    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&w));
+    let sid = seen.snapshots_held.as_mut().unwrap().pop().expect("the first snapshot asked");
+    seen.snapshots_held = None;
+    let mut e = Vec::new();
+    for id in gets {
+        e.extend(h.input(Input::LiveRead { id, result: ReadResult::Found(w.clone().into()) }));
+    }
+    for x in e.clone() {
+        if matches!(x.op, Op::LiveGetNode) {
+            e.extend(h.input(Input::NodeRead { id: x.id, result: NodeReadResult::Found(cpu.clone()) }));
+        }
+    }
+    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&w));
+    let snap = seen.snapshot(&[]);
+    let e = h.input(Input::DriftObserved { id: sid, snapshot: snap });
+    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&w));
+    assert!(seen.markers.as_ref().unwrap().get("shared").is_some_and(|m| m.contains("w1")), "{:?}", seen.markers);
+}
