@@ -705,19 +705,33 @@ fn downloading_model_owns_its_dir_and_trashes_it_after_a_confirmed_delete() {
     assert!(e.iter().any(|e| matches!(&e.op, Op::PurgeTrash { name } if name.starts_with("u1-"))));
 }
 
+/// `hf("m", uid)` with the reserve label.
+fn reserved_hf(name: &str, uid: &str) -> ModelObject {
+    let mut o = hf(name, uid);
+    Arc::make_mut(o.spec.as_mut().unwrap()).reserve_artifact = true;
+    o
+}
+
+/// A snapshot showing `m`'s marker naming `u1`.
+fn marked_m_u1() -> DriftSnapshot {
+    DriftSnapshot { owned_dirs: vec![OwnedDir { path: "m".into(), uid: Uid::new("u1") }], ..DriftSnapshot::default() }
+}
+
+fn disowns_of_m_u1(effects: &[Effect]) -> usize {
+    let of_m_u1 = |op: &Op| matches!(op, Op::DisownDir { uid, path, .. } if uid.as_str() == "u1" && path == "m");
+    effects.iter().filter(|e| of_m_u1(&e.op)).count()
+}
+
 #[test]
 fn reserved_artifacts_are_never_trashed() {
     let mut h = H::new();
-    let mut o = hf("m", "u1");
-    Arc::make_mut(o.spec.as_mut().unwrap()).reserve_artifact = true;
+    let o = reserved_hf("m", "u1");
     let e = h.start(true, vec![o.clone()]);
     h.settle(e);
     let e = h.apply(deleting(o));
     let all = h.settle(e);
     assert!(!all.iter().any(|e| matches!(e.op, Op::TrashDir { .. })));
-    let disowned =
-        all.iter().filter(|e| matches!(&e.op, Op::DisownDir { uid, path, .. } if uid.as_str() == "u1" && path == "m"));
-    assert_eq!(disowned.count(), 1, "{all:?}");
+    assert_eq!(disowns_of_m_u1(&all), 1, "{all:?}");
     assert_eq!(h.s.model_count(), 0);
 }
 
@@ -727,8 +741,7 @@ fn reserved_artifacts_are_never_trashed() {
 #[test]
 fn a_deleted_reserved_model_gives_its_directory_up_before_it_is_forgotten() {
     let mut h = H::new();
-    let mut o = hf("m", "u1");
-    Arc::make_mut(o.spec.as_mut().unwrap()).reserve_artifact = true;
+    let o = reserved_hf("m", "u1");
     let e = h.start(true, vec![o.clone()]);
     h.settle(e);
     let e = h.apply(deleting(o));
@@ -736,11 +749,7 @@ fn a_deleted_reserved_model_gives_its_directory_up_before_it_is_forgotten() {
     let disown = held.iter().find(|e| matches!(e.op, Op::DisownDir { .. })).expect("a disown").id;
     let e = h.advance(300_000);
     let sid = snapshot_request(&e);
-    let snap = DriftSnapshot {
-        owned_dirs: vec![OwnedDir { path: "m".into(), uid: Uid::new("u1") }],
-        ..DriftSnapshot::default()
-    };
-    let e = h.input(Input::DriftObserved { id: sid, snapshot: snap });
+    let e = h.input(Input::DriftObserved { id: sid, snapshot: marked_m_u1() });
     let mut out = Vec::new();
     for (id, _) in lists(&e) {
         out.extend(h.input(Input::LiveList { id, result: ListResult::Listed(vec![]) }));
@@ -763,27 +772,20 @@ fn a_deleted_reserved_model_gives_its_directory_up_before_it_is_forgotten() {
 #[test]
 fn a_reserved_model_gone_before_the_first_snapshot_waits_for_it_to_give_its_directory_up() {
     let mut h = H::new();
-    let mut o = hf("m", "u1");
-    Arc::make_mut(o.spec.as_mut().unwrap()).reserve_artifact = true;
+    let o = reserved_hf("m", "u1");
     let e = h.start(true, vec![deleting(o)]);
     let held = h.settle_except(e, |op| *op == Op::Snapshot);
     assert!(!held.iter().any(|e| matches!(e.op, Op::DisownDir { .. } | Op::TrashDir { .. })), "{held:?}");
     assert_eq!(h.s.model_count(), 1, "kept until a snapshot shows its directory");
     let sid = snapshot_request(&held);
-    let snap = DriftSnapshot {
-        owned_dirs: vec![OwnedDir { path: "m".into(), uid: Uid::new("u1") }],
-        ..DriftSnapshot::default()
-    };
-    let e = h.input(Input::DriftObserved { id: sid, snapshot: snap });
+    let e = h.input(Input::DriftObserved { id: sid, snapshot: marked_m_u1() });
     let mut out = e.clone();
     for (id, _) in lists(&e) {
         out.extend(h.input(Input::LiveList { id, result: ListResult::Listed(vec![]) }));
     }
     let all = h.settle(out);
     assert!(!all.iter().any(|e| matches!(e.op, Op::TrashDir { .. })), "{all:?}");
-    let disowned =
-        all.iter().filter(|e| matches!(&e.op, Op::DisownDir { uid, path, .. } if uid.as_str() == "u1" && path == "m"));
-    assert_eq!(disowned.count(), 1, "{all:?}");
+    assert_eq!(disowns_of_m_u1(&all), 1, "{all:?}");
     assert_eq!(h.s.model_count(), 0);
 }
 

@@ -1192,9 +1192,8 @@ fn a_reserved_model_that_leaves_keeps_its_directory_when_a_co_owner_is_deleted()
     // node while `b` shares its path; `b` is then deleted. `b` releases the directory to `a`
     // rather than trashing it.
     let mut h = H::new();
-    let mut a = gpu_only(obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", Some("/mnt/models/shared")));
-    Arc::make_mut(a.spec.as_mut().unwrap()).reserve_artifact = true;
-    let b = obj(&ModelKey::cluster("b"), "b1", "hf://org/repo", Some("/mnt/models/shared"));
+    let (a, b) = pair_at_shared();
+    let a = reserved(a);
     let (gpu, cpu) = gpu_and_cpu();
     let both = [a.clone(), b.clone()];
     let marked = ["a1", "b1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u) });
@@ -1336,9 +1335,8 @@ fn the_sweep_after_a_disown_spares_a_directory_still_naming_a_released_co_owner(
     // must not be left naming `b1` alone, a uid of no model, which the sweep would take for an
     // orphan's.
     let mut h = H::new();
-    let mut a = gpu_only(obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", Some("/mnt/models/shared")));
-    Arc::make_mut(a.spec.as_mut().unwrap()).reserve_artifact = true;
-    let b = obj(&ModelKey::cluster("b"), "b1", "hf://org/repo", Some("/mnt/models/shared"));
+    let (a, b) = pair_at_shared();
+    let a = reserved(a);
     let (gpu, cpu) = gpu_and_cpu();
     let both = [a.clone(), b.clone()];
     let mut seen = Seen { markers: Some(BTreeMap::new()), ..Seen::default() };
@@ -1361,10 +1359,8 @@ fn the_sweep_after_a_disown_spares_a_directory_still_naming_a_released_co_owner(
 #[test]
 fn a_reserved_model_deleted_while_a_co_owner_downloads_gives_its_directory_up_after() {
     let mut h = H::new();
-    let mut a = obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", Some("/mnt/models/shared"));
-    Arc::make_mut(a.spec.as_mut().unwrap()).reserve_artifact = true;
-    let mut b = obj(&ModelKey::cluster("b"), "b1", "hf://org/repo", Some("/mnt/models/shared"));
-    Arc::make_mut(b.spec.as_mut().unwrap()).reserve_artifact = true;
+    let a = reserved(obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", Some("/mnt/models/shared")));
+    let b = reserved(obj(&ModelKey::cluster("b"), "b1", "hf://org/repo", Some("/mnt/models/shared")));
     let mut seen = Seen::default();
     let e = h.start(true, vec![a.clone()]);
     run(&mut h, e, &mut seen, &[], std::slice::from_ref(&a));
@@ -1397,10 +1393,8 @@ fn a_stale_snapshot_s_disowned_uid_goes_at_the_next_disown() {
     // again: `c`'s download writes it back into the marker. The next disown there (`b`, also
     // reserved) keeps only live members, so no uid of a model gone is left to make it an orphan.
     let mut h = H::new();
-    let mut a = obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", Some("/mnt/models/shared"));
-    Arc::make_mut(a.spec.as_mut().unwrap()).reserve_artifact = true;
-    let mut b = obj(&ModelKey::cluster("b"), "b1", "hf://org/repo", Some("/mnt/models/shared"));
-    Arc::make_mut(b.spec.as_mut().unwrap()).reserve_artifact = true;
+    let a = reserved(obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", Some("/mnt/models/shared")));
+    let b = reserved(obj(&ModelKey::cluster("b"), "b1", "hf://org/repo", Some("/mnt/models/shared")));
     let mut seen = Seen { markers: Some(BTreeMap::new()), ..Seen::default() };
     let both = [a.clone(), b.clone()];
     let e = h.start(true, both.to_vec());
@@ -1429,77 +1423,87 @@ fn a_stale_snapshot_s_disowned_uid_goes_at_the_next_disown() {
 // delete then trashed its weights. `keep` is now filled once every key of the step has
 // settled.
 
-fn reserved(o: ModelObject) -> ModelObject {
-    let mut o = o;
+/// `o` with the reserve label.
+fn reserved(mut o: ModelObject) -> ModelObject {
     Arc::make_mut(o.spec.as_mut().unwrap()).reserve_artifact = true;
     o
 }
 
-#[test]
-fn a_disown_at_the_first_snapshot_keeps_a_reserved_model_away_in_the_marker() {
-    // After a restart: reserved `a` was deleted (finalizer held), reserved `w` is away from the
-    // node (its nodeSelector), `x` is placed; all three share `shared`, whose marker names all.
+/// Reserved `a`, reserved `w` (gpu only: away from a cpu node) and `x`, all at `shared`; the cpu
+/// node.
+fn reserved_trio() -> (ModelObject, ModelObject, ModelObject, NodeView) {
     let at = Some("/mnt/models/shared");
-    let r = reserved(obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", at));
+    let a = reserved(obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", at));
     let w = reserved(gpu_only(obj(&ModelKey::cluster("w"), "w1", "hf://org/repo", at)));
     let x = obj(&ModelKey::cluster("x"), "x1", "hf://org/repo", at);
-    let (_gpu, cpu) = gpu_and_cpu();
-    let mut markers = BTreeMap::new();
-    markers.insert("shared".to_string(), ["a1", "w1", "x1"].iter().map(|s| s.to_string()).collect::<BTreeSet<_>>());
-    let mut seen = Seen { markers: Some(markers), ..Seen::default() };
-    let mut h = H::new();
-    let e = h.start_on(cpu, true, vec![deleting(r.clone()), w.clone(), x.clone()]);
-    run(&mut h, e, &mut seen, &[], &[w.clone(), x.clone()]);
-    let e = h.advance(300_000);
-    run(&mut h, e, &mut seen, &[], &[w.clone(), x.clone()]);
-    let e = delete(&mut h, &x);
-    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&w));
-    for _ in 0..3 {
-        let e = h.advance(300_000);
-        run(&mut h, e, &mut seen, &[], std::slice::from_ref(&w));
-    }
-    assert!(seen.trashed.is_empty(), "the weights of live reserved w1 trashed: {:?}", seen.trashed);
+    (a, w, x, gpu_and_cpu().1)
 }
 
-#[test]
-fn a_disown_on_a_snapshot_stale_for_a_reserved_model_away_keeps_it_in_the_marker() {
-    let at = Some("/mnt/models/shared");
-    let r = reserved(obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", at));
-    let w = reserved(gpu_only(obj(&ModelKey::cluster("w"), "w1", "hf://org/repo", at)));
-    let x = obj(&ModelKey::cluster("x"), "x1", "hf://org/repo", at);
-    let (_gpu, cpu) = gpu_and_cpu();
-    let mut markers = BTreeMap::new();
-    markers.insert("shared".to_string(), ["a1", "w1", "x1"].iter().map(|s| s.to_string()).collect::<BTreeSet<_>>());
-    let mut seen = Seen { markers: Some(markers), snapshots_held: Some(Vec::new()), ..Seen::default() };
-    let mut h = H::new();
-    let e = h.start_on(cpu.clone(), true, vec![deleting(r.clone()), w.clone(), x.clone()]);
-    let gets: Vec<EffectId> = e.iter().filter(|e| matches!(e.op, Op::LiveGet { .. })).map(|e| e.id).collect();
-    run(&mut h, e, &mut seen, &[], &[w.clone(), x.clone()]);
-    let sid = seen.snapshots_held.as_mut().unwrap().pop().expect("the first snapshot asked");
-    seen.snapshots_held = None;
-    // `w`'s exit: its live read and the Node's agree; what it does then lands after the ask.
+/// A node whose marker at `shared` names `uids`; snapshots held when `hold`.
+fn marked_at_shared(uids: &[&str], hold: bool) -> Seen {
+    let named: BTreeSet<String> = uids.iter().map(|s| s.to_string()).collect();
+    let markers = Some(BTreeMap::from([("shared".to_string(), named)]));
+    Seen { markers, snapshots_held: hold.then(Vec::new), ..Seen::default() }
+}
+
+/// `w`'s exit from the node: its live reads (`gets`) and the Node's agree.
+fn exit_witnessed(h: &mut H, gets: Vec<EffectId>, w: &ModelObject, node: &NodeView) -> Vec<Effect> {
     let mut e = Vec::new();
     for id in gets {
         e.extend(h.input(Input::LiveRead { id, result: ReadResult::Found(w.clone().into()) }));
     }
     for x in e.clone() {
         if matches!(x.op, Op::LiveGetNode) {
-            e.extend(h.input(Input::NodeRead { id: x.id, result: NodeReadResult::Found(cpu.clone()) }));
+            e.extend(h.input(Input::NodeRead { id: x.id, result: NodeReadResult::Found(node.clone()) }));
         }
     }
+    e
+}
+
+/// `x` is deleted and three sweeps pass: `w`'s weights stay.
+fn x_deleted_then_sweeps_spare_w(h: &mut H, seen: &mut Seen, x: &ModelObject, w: &ModelObject) {
+    let e = delete(h, x);
+    run(h, e, seen, &[], std::slice::from_ref(w));
+    for _ in 0..3 {
+        let e = h.advance(300_000);
+        run(h, e, seen, &[], std::slice::from_ref(w));
+    }
+    assert!(seen.trashed.is_empty(), "the weights of live reserved w1 trashed: {:?}", seen.trashed);
+}
+
+#[test]
+fn a_disown_at_the_first_snapshot_keeps_a_reserved_model_away_in_the_marker() {
+    // After a restart: reserved `a` was deleted (finalizer held), reserved `w` is away from the
+    // node (its nodeSelector), `x` is placed; all three share `shared`, whose marker names all.
+    let (a, w, x, cpu) = reserved_trio();
+    let mut seen = marked_at_shared(&["a1", "w1", "x1"], false);
+    let mut h = H::new();
+    let e = h.start_on(cpu, true, vec![deleting(a), w.clone(), x.clone()]);
+    run(&mut h, e, &mut seen, &[], &[w.clone(), x.clone()]);
+    let e = h.advance(300_000);
+    run(&mut h, e, &mut seen, &[], &[w.clone(), x.clone()]);
+    x_deleted_then_sweeps_spare_w(&mut h, &mut seen, &x, &w);
+}
+
+#[test]
+fn a_disown_on_a_snapshot_stale_for_a_reserved_model_away_keeps_it_in_the_marker() {
+    let (a, w, x, cpu) = reserved_trio();
+    let mut seen = marked_at_shared(&["a1", "w1", "x1"], true);
+    let mut h = H::new();
+    let e = h.start_on(cpu.clone(), true, vec![deleting(a), w.clone(), x.clone()]);
+    let gets: Vec<EffectId> = e.iter().filter(|e| matches!(e.op, Op::LiveGet { .. })).map(|e| e.id).collect();
+    run(&mut h, e, &mut seen, &[], &[w.clone(), x.clone()]);
+    let sid = seen.snapshots_held.as_mut().unwrap().pop().expect("the first snapshot asked");
+    seen.snapshots_held = None;
+    // What `w`'s exit does lands after the snapshot was asked for.
+    let e = exit_witnessed(&mut h, gets, &w, &cpu);
     run(&mut h, e, &mut seen, &[], &[w.clone(), x.clone()]);
     let snap = seen.snapshot(&[]);
     let e = h.input(Input::DriftObserved { id: sid, snapshot: snap });
     run(&mut h, e, &mut seen, &[], &[w.clone(), x.clone()]);
     let e = h.advance(300_000);
     run(&mut h, e, &mut seen, &[], &[w.clone(), x.clone()]);
-    let e = delete(&mut h, &x);
-    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&w));
-    for _ in 0..3 {
-        let e = h.advance(300_000);
-        run(&mut h, e, &mut seen, &[], std::slice::from_ref(&w));
-    }
-    assert!(seen.trashed.is_empty(), "the weights of live reserved w1 trashed: {:?}", seen.trashed);
+    x_deleted_then_sweeps_spare_w(&mut h, &mut seen, &x, &w);
 }
 
 // Found by a third review: a disown before the first snapshot, after a `keep_marked` download:
@@ -1507,14 +1511,8 @@ fn a_disown_on_a_snapshot_stale_for_a_reserved_model_away_keeps_it_in_the_marker
 // The disown now waits for the first snapshot, and `keep` has every live model naming the path.
 #[test]
 fn a_disown_before_the_first_snapshot_after_a_keep_marked_download_keeps_a_reserved_model_away() {
-    let at = Some("/mnt/models/shared");
-    let a = reserved(obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", at));
-    let w = reserved(gpu_only(obj(&ModelKey::cluster("w"), "w1", "hf://org/repo", at)));
-    let x = obj(&ModelKey::cluster("x"), "x1", "hf://org/repo", at);
-    let (_gpu, cpu) = gpu_and_cpu();
-    let mut markers = BTreeMap::new();
-    markers.insert("shared".to_string(), ["a1", "w1", "x1"].iter().map(|s| s.to_string()).collect::<BTreeSet<_>>());
-    let mut seen = Seen { markers: Some(markers), snapshots_held: Some(Vec::new()), ..Seen::default() };
+    let (a, w, x, cpu) = reserved_trio();
+    let mut seen = marked_at_shared(&["a1", "w1", "x1"], true);
     let mut h = H::new();
     let e = h.start_on(cpu, true, vec![a.clone(), w.clone(), x.clone()]);
     run(&mut h, e, &mut seen, &[], &[a.clone(), w.clone(), x.clone()]);
@@ -1530,13 +1528,7 @@ fn a_disown_before_the_first_snapshot_after_a_keep_marked_download_keeps_a_reser
     }
     let e = h.advance(300_000);
     run(&mut h, e, &mut seen, &[], &[w.clone(), x.clone()]);
-    let e = delete(&mut h, &x);
-    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&w));
-    for _ in 0..3 {
-        let e = h.advance(300_000);
-        run(&mut h, e, &mut seen, &[], std::slice::from_ref(&w));
-    }
-    assert!(seen.trashed.is_empty(), "the weights of live reserved w1 trashed: {:?}", seen.trashed);
+    x_deleted_then_sweeps_spare_w(&mut h, &mut seen, &x, &w);
     assert!(seen.markers.as_ref().unwrap().get("shared").is_some_and(|m| m.contains("w1")), "{:?}", seen.markers);
 }
 
@@ -1545,28 +1537,15 @@ fn a_disown_before_the_first_snapshot_after_a_keep_marked_download_keeps_a_reser
 // marker still names live w1 after the disown.
 #[test]
 fn a_disown_on_a_stale_snapshot_with_no_record_of_the_directory_keeps_w() {
-    let at = Some("/mnt/models/shared");
-    let r = reserved(obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", at));
-    let w = reserved(gpu_only(obj(&ModelKey::cluster("w"), "w1", "hf://org/repo", at)));
-    let (_gpu, cpu) = gpu_and_cpu();
-    let mut markers = BTreeMap::new();
-    markers.insert("shared".to_string(), ["a1", "w1"].iter().map(|s| s.to_string()).collect::<BTreeSet<_>>());
-    let mut seen = Seen { markers: Some(markers), snapshots_held: Some(Vec::new()), ..Seen::default() };
+    let (a, w, _, cpu) = reserved_trio();
+    let mut seen = marked_at_shared(&["a1", "w1"], true);
     let mut h = H::new();
-    let e = h.start_on(cpu.clone(), true, vec![deleting(r.clone()), w.clone()]);
+    let e = h.start_on(cpu.clone(), true, vec![deleting(a), w.clone()]);
     let gets: Vec<EffectId> = e.iter().filter(|e| matches!(e.op, Op::LiveGet { .. })).map(|e| e.id).collect();
     run(&mut h, e, &mut seen, &[], std::slice::from_ref(&w));
     let sid = seen.snapshots_held.as_mut().unwrap().pop().expect("the first snapshot asked");
     seen.snapshots_held = None;
-    let mut e = Vec::new();
-    for id in gets {
-        e.extend(h.input(Input::LiveRead { id, result: ReadResult::Found(w.clone().into()) }));
-    }
-    for x in e.clone() {
-        if matches!(x.op, Op::LiveGetNode) {
-            e.extend(h.input(Input::NodeRead { id: x.id, result: NodeReadResult::Found(cpu.clone()) }));
-        }
-    }
+    let e = exit_witnessed(&mut h, gets, &w, &cpu);
     run(&mut h, e, &mut seen, &[], std::slice::from_ref(&w));
     let snap = seen.snapshot(&[]);
     let e = h.input(Input::DriftObserved { id: sid, snapshot: snap });
