@@ -28,8 +28,7 @@ impl State {
         let claimed = self.observe_snapshot(st, requested_seq, &snap);
         // Models it showed to have nothing here stop being claimants (`claims::contest`); those
         // it changed decide again, and the keys colliding with theirs with them.
-        self.snapshot_seen = true;
-        self.snapshot_asked_seq = self.snapshot_asked_seq.max(requested_seq);
+        self.snapshot_seen = Some(self.snapshot_seen.map_or(requested_seq, |seq| seq.max(requested_seq)));
         if let Some(at) = self.snapshot_retry.take() {
             self.remove_timer(at, TimerKey::SnapshotRetry);
         }
@@ -92,7 +91,7 @@ impl State {
                 // snapshot is for it otherwise (no marker gains a uid confirmed gone), so that it
                 // gives the directory up (`DisownDir`); one gone before the first snapshot waited
                 // for it (`tables::reserved_disown_pending`) and decides now.
-                if inc.is_confirmed() && inc.obj.spec().is_some_and(|s| s.reserve_artifact) {
+                if inc.is_confirmed() && inc.is_reserved() {
                     let dir = dirs.named.iter().find(|d| !shared::in_artifacts(d));
                     if let Some(dir) = dir.filter(|_| inc.owned_dir().is_none()) {
                         inc.set_owned_dir(Some(dir.to_string()));
@@ -267,28 +266,34 @@ impl State {
     /// out for the order in which keys settle (a second review found that hole in a `keep` read
     /// during settling).
     pub(super) fn fill_disowns(&self, st: &mut Step) {
-        if !st.out.iter().any(|e| matches!(e.op, Op::DisownDir { .. })) {
+        let paths: Vec<String> = st
+            .out
+            .iter()
+            .filter_map(|e| if let Op::DisownDir { path, .. } = &e.op { Some(path.clone()) } else { None })
+            .collect();
+        if paths.is_empty() {
             return;
         }
-        let synced = self.kinds.iter().all(|k| k.synced);
+        // One pass over the records: which uids are alive, and which live models' specs name a
+        // disowned path (such a model may be in the marker though the record does not say so:
+        // a download that kept the marker's uids before the first snapshot).
         let mut alive: FxHashMap<&Uid, bool> = FxHashMap::default();
+        let mut naming: Vec<(&str, &Uid)> = Vec::new();
         for inc in self.slots.values().flat_map(|s| s.all()) {
             *alive.entry(inc.uid()).or_default() |= !inc.is_confirmed();
+            let dest = inc.dest.as_ref().ok().and_then(|d| d.as_ref()?.beneath_root());
+            if let Some(path) = dest.filter(|d| !inc.is_confirmed() && paths.iter().any(|p| p == d)) {
+                naming.push((path, inc.uid()));
+            }
         }
+        let synced = self.kinds.iter().all(|k| k.synced);
         for e in st.out.iter_mut() {
             let Op::DisownDir { uid, path, keep, .. } = &mut e.op else { continue };
             let using = self.dirs.get(path.as_str());
             let recorded = using.into_iter().flat_map(|d| d.marked.iter().chain(d.members.iter().map(|m| &m.uid)));
-            let live = |u: &&Uid| *u != uid && alive.get(*u).copied().unwrap_or(!synced);
-            // A live model whose spec names the directory may be in the marker though the
-            // record does not say so (a download that kept the marker's uids before the first
-            // snapshot): kept as well.
-            let names_it = |i: &&Incarnation| {
-                !i.is_confirmed()
-                    && i.dest.as_ref().ok().and_then(|d| d.as_ref()?.beneath_root()) == Some(path.as_str())
-            };
-            let named = self.slots.values().flat_map(|s| s.all()).filter(names_it).map(|i| i.uid());
-            let mut kept: Vec<Uid> = recorded.filter(live).chain(named).filter(|u| *u != uid).cloned().collect();
+            let recorded_live = recorded.filter(|u| alive.get(*u).copied().unwrap_or(!synced));
+            let named = naming.iter().filter(|(p, _)| *p == path.as_str()).map(|(_, u)| *u);
+            let mut kept: Vec<Uid> = recorded_live.chain(named).filter(|u| *u != uid).cloned().collect();
             kept.sort();
             kept.dedup();
             *keep = kept;

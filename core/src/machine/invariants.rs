@@ -14,7 +14,7 @@ impl State {
         let retry_timers = self.timers.iter().filter(|(_, k)| *k == TimerKey::SnapshotRetry).count();
         let at_its_instant = self.snapshot_retry.is_none_or(|at| self.timers.contains(&(at, TimerKey::SnapshotRetry)));
         let expected = usize::from(self.snapshot_retry.is_some());
-        if retry_timers != expected || !at_its_instant || (self.snapshot_seen && expected == 1) {
+        if retry_timers != expected || !at_its_instant || (self.snapshot_seen.is_some() && expected == 1) {
             return Err(format!(
                 "the first snapshot's retry {:?} disagrees with its {retry_timers} timers, or outlived it",
                 self.snapshot_retry

@@ -272,11 +272,10 @@ pub struct State {
     deadlines: RunSet<(Instant, EffectId)>,
     trash: OrdMap<String, Instant>,
     drift_started: bool,
-    /// A snapshot has been observed since this process started: until then, what a previous run
-    /// left on the node is unknown (`claims::contest`).
-    snapshot_seen: bool,
-    /// The step that asked for the newest snapshot observed (0 before the first).
-    snapshot_asked_seq: u64,
+    /// The step that asked for the newest snapshot observed, once one has been since this
+    /// process started: until then, what a previous run left on the node is unknown
+    /// (`claims::contest`).
+    snapshot_seen: Option<u64>,
     /// Until the first snapshot comes: when a failed one is asked for again, and how many have
     /// failed (what waits for the first snapshot should not wait a whole drift period).
     snapshot_retry: Option<Instant>,
@@ -393,8 +392,7 @@ impl State {
             deadlines: RunSet::new(),
             trash: OrdMap::new(),
             drift_started: false,
-            snapshot_seen: false,
-            snapshot_asked_seq: 0,
+            snapshot_seen: None,
             snapshot_retry: None,
             snapshot_failures: 0,
             snapshot_inflight: None,

@@ -274,6 +274,11 @@ impl Incarnation {
         matches!(self.life, Life::Confirmed { .. })
     }
 
+    /// Its spec carries the reserve label: the agent never moves its weights.
+    pub fn is_reserved(&self) -> bool {
+        self.obj.spec().is_some_and(|s| s.reserve_artifact)
+    }
+
     /// Neither withdrawn from this node nor confirmed gone: it may stay placed here.
     pub fn may_stay(&self) -> bool {
         matches!(self.life, Life::Observed | Life::PendingConfirm { .. })

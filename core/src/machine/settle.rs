@@ -166,11 +166,10 @@ impl State {
             dirs,
             dirs_trashing,
             snapshot_seen,
-            snapshot_asked_seq,
             node_reads,
             ..
         } = self;
-        let contest = contest(slots, claims, (node.as_deref(), !*snapshot_seen), inflight, key);
+        let contest = contest(slots, claims, (node.as_deref(), snapshot_seen.is_none()), inflight, key);
         let synced = kinds.iter().all(|k| k.synced);
         let sync = &mut kinds[key.kind.index()];
         let Some(shared) = slots.get_mut(key) else {
@@ -196,8 +195,7 @@ impl State {
             synced,
             dirs,
             dirs_trashing,
-            markers_known: *snapshot_seen,
-            snapshot_asked_seq: *snapshot_asked_seq,
+            markers_seen: *snapshot_seen,
             node_witness_seq: node_reads.witness.as_ref().map(|w| w.sent.seq),
             trash_hold: node_reads.view_changed_seq == Some(st.seq),
         };
@@ -236,10 +234,8 @@ pub(super) struct Env<'a> {
     pub(super) synced: bool,
     pub(super) dirs: &'a Map<Arc<str>, Arc<shared::DirUse>>,
     pub(super) dirs_trashing: &'a Set<Arc<str>>,
-    /// This process's first snapshot has come (`State::snapshot_seen`).
-    pub(super) markers_known: bool,
-    /// `State::snapshot_asked_seq`.
-    pub(super) snapshot_asked_seq: u64,
+    /// `State::snapshot_seen`.
+    pub(super) markers_seen: Option<u64>,
     /// The step that sent the newest Node witness.
     pub(super) node_witness_seq: Option<u64>,
     /// The Node view changed in this step (`Context::trash_hold`).
@@ -410,7 +406,7 @@ fn share_step(inc: &mut Incarnation, ctx: &Context, want: &Want, seq: u64) -> bo
         let copy = shared::in_artifacts(dir);
         // A reserved model keeps its directory (`trash_blocked`): released, the co-owner's
         // delete would trash the weights the reserve label keeps.
-        let reserved = inc.obj.spec().is_some_and(|s| s.reserve_artifact);
+        let reserved = inc.is_reserved();
         let shared = ctx.dir.as_ref().is_some_and(|d| d.shared) && !reserved;
         if copy || shared {
             // What it fetched there is no longer its to vouch for: the others may trash it
@@ -532,8 +528,7 @@ fn context<'a>(
         update_model_spec: env.config.update_model_spec,
         dir: shared::member_draft(inc, &env.config.models_root, (env.node, held_by.is_some()))
             .map(|draft| draft.view(env.dirs, env.dirs_trashing, key, inc.uid())),
-        markers_known: env.markers_known,
-        snapshot_asked_seq: env.snapshot_asked_seq,
+        markers_seen: env.markers_seen,
         node_witness_seq: env.node_witness_seq,
         trash_hold: env.trash_hold,
     }
@@ -560,7 +555,7 @@ fn label_fenced(env: &Env, slot: &Slot, inc: &Incarnation) -> bool {
 /// A directory it owns that is not kept for a reserved artifact, or its symlink (a download
 /// into its path would find the link in the way).
 fn owns_unreserved_dir(inc: &Incarnation) -> bool {
-    (inc.owned_dir().is_some() && !inc.obj.spec().is_some_and(|s| s.reserve_artifact)) || inc.link().is_some()
+    (inc.owned_dir().is_some() && !inc.is_reserved()) || inc.link().is_some()
 }
 
 /// A list of one item per incarnation, in order, the first kept inline: a record has one

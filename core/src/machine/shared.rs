@@ -257,7 +257,7 @@ pub fn member_draft<'a>(
 /// count as another source's to every model, and a model of its own source would be refused
 /// the directory for as long as it stays away (swarm seed 1238).
 fn reserved_source<'a>(inc: &'a Incarnation, dir: &str) -> Option<&'a Arc<str>> {
-    let spec = inc.obj.spec().filter(|s| s.reserve_artifact && !inc.is_confirmed())?;
+    let spec = inc.obj.spec().filter(|_| inc.is_reserved() && !inc.is_confirmed())?;
     let dest = inc.dest.as_ref().ok()?.as_ref()?;
     (dest.beneath_root() == Some(dir)).then_some(&spec.storage_uri)
 }

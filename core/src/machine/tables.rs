@@ -63,10 +63,9 @@ pub struct Context<'a> {
     pub update_model_spec: bool,
     /// The directory this incarnation downloads into or owns, as the others using it see it.
     pub dir: Option<DirView>,
-    /// This process's first snapshot has come: what the markers name is known.
-    pub markers_known: bool,
-    /// The step that asked for the newest snapshot observed.
-    pub snapshot_asked_seq: u64,
+    /// The step that asked for the newest snapshot observed, once this process's first has
+    /// come: what the markers name is known.
+    pub markers_seen: Option<u64>,
     /// The step that sent the newest live read of this Node that answered.
     pub node_witness_seq: Option<u64>,
     /// The Node view changed in this step: no trash waiting for a witness goes in it.
@@ -478,10 +477,10 @@ fn withdraw_op(key: &ModelKey, inc: &Incarnation, ctx: &Context, now: Instant) -
 /// writes the marker, nor on a root known to be read-only (where nothing can trash it either,
 /// and a retry would keep the incarnation for good).
 fn disowns(inc: &Incarnation, ctx: &Context) -> bool {
-    let reserved = inc.obj.spec().is_some_and(|s| s.reserve_artifact);
+    let reserved = inc.is_reserved();
     let read_only = ctx.root.is_some_and(|r| r.answered && !r.writable);
     let busy = ctx.dir.as_ref().is_some_and(|d| d.busy);
-    reserved && inc.is_confirmed() && ctx.markers_known && !read_only && !busy
+    reserved && inc.is_confirmed() && ctx.markers_seen.is_some() && !read_only && !busy
 }
 
 /// A reserved model confirmed gone stays until it has given its directory up: while another
@@ -491,15 +490,15 @@ fn disowns(inc: &Incarnation, ctx: &Context) -> bool {
 /// period (seeds 1486: the model was being deleted when the agent started; 200002605: it was
 /// deleted, and a candidate, while the first snapshot was out). Each snapshot wakes it.
 pub fn reserved_disown_pending(inc: &Incarnation, ctx: &Context) -> bool {
-    let unseen = !ctx.markers_known || inc.changed_seq > ctx.snapshot_asked_seq;
+    let unseen = ctx.markers_seen.is_none_or(|seq| inc.changed_seq > seq);
     let disowned = inc.share.as_ref().is_some_and(|s| s.disowned);
-    inc.obj.spec().is_some_and(|s| s.reserve_artifact) && !disowned && (inc.owned_dir().is_some() || unseen)
+    inc.is_reserved() && !disowned && (inc.owned_dir().is_some() || unseen)
 }
 
 /// A reserved artifact (kept), or a directory another member still uses (released instead by
 /// `drive`) or is writing to (the trash waits for that download to end).
 fn trash_blocked(inc: &Incarnation, ctx: &Context) -> bool {
-    let reserved = inc.obj.spec().is_some_and(|s| s.reserve_artifact);
+    let reserved = inc.is_reserved();
     reserved || ctx.dir.as_ref().is_some_and(|d| d.busy || d.shared)
 }
 
@@ -567,7 +566,7 @@ fn fetch_op(key: &ModelKey, inc: &Incarnation, plan: &Plan, ctx: &Context) -> Op
             dest: dest.clone(),
             parse_metadata,
             co_owners,
-            keep_marked: !ctx.markers_known,
+            keep_marked: ctx.markers_seen.is_none(),
             other_source,
         },
         Plan::Resolve { storage_uri } => {

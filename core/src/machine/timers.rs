@@ -90,7 +90,7 @@ impl State {
         self.stats.effects_failed += 1;
         let period = self.config.drift_period_ms;
         let retry_in_ms = match self.snapshot_retry {
-            _ if self.snapshot_seen || self.shutting_down => period,
+            _ if self.snapshot_seen.is_some() || self.shutting_down => period,
             Some(at) => at.ms_since(st.now),
             None => {
                 let doublings = self.snapshot_failures.min(16);
@@ -145,7 +145,7 @@ impl State {
                 TimerKey::SnapshotRetry => {
                     // A drift pass may have asked meanwhile: that one is not replaced.
                     self.snapshot_retry = None;
-                    if !self.snapshot_seen && !self.shutting_down && self.snapshot_inflight.is_none() {
+                    if self.snapshot_seen.is_none() && !self.shutting_down && self.snapshot_inflight.is_none() {
                         self.request_snapshot(st);
                     }
                 }
