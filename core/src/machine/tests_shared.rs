@@ -53,6 +53,15 @@ impl Seen {
         DriftSnapshot { owned_dirs, ..DriftSnapshot::default() }
     }
 
+    /// As the shell gives a directory up (`fsops::disown_dir`): the marker keeps the uids of
+    /// `keep` it names.
+    fn disown(&mut self, path: &str, uid: &Uid, keep: &[Uid]) {
+        self.disowned.push((uid.to_string(), path.to_string()));
+        if let Some(named) = self.markers.as_mut().and_then(|m| m.get_mut(path)) {
+            named.retain(|u| *u != uid.as_str() && keep.iter().any(|k| k.as_str() == u));
+        }
+    }
+
     /// As the shell rewrites a marker it accepts (`owned_manifest`, `Marker::new`).
     fn mark(&mut self, dest: &str, uid: &Uid, co_owners: &[Uid], keep_marked: bool) {
         let Some(markers) = &mut self.markers else { return };
@@ -130,10 +139,7 @@ fn answer(
             done
         }
         Op::DisownDir { uid, path, keep, .. } => {
-            seen.disowned.push((uid.to_string(), path.clone()));
-            if let Some(named) = seen.markers.as_mut().and_then(|m| m.get_mut(path)) {
-                named.retain(|u| *u != uid.as_str() && keep.iter().any(|k| k.as_str() == u));
-            }
+            seen.disown(path, uid, keep);
             done
         }
         Op::Publish { cm_key, entry, .. } => {
