@@ -296,26 +296,22 @@ fn dispatch(ctx: &Ctx, Effect { id, op }: Effect) {
         Op::FillSpec { key, uid, dir } => {
             spawn(ctx, async move |c: Ctx| Some(fill_spec(&c, id, &key, uid.as_str(), &dir).await))
         }
-        Op::TrashDir { uid, path, trash_name, .. } => spawn(ctx, async move |c: Ctx| {
-            let root = c.root.clone();
+        Op::TrashDir { uid, path, trash_name, .. } => {
             let what = format!("moving {path} to the trash");
-            let work = move || fsops::trash_dir(&root, &path, &uid, &trash_name);
-            let result = c.fs.call(&what, fsgate::TRASH_DEADLINE, work).await.and_then(|r| r);
-            Some(Input::EffectDone { id, outcome: outcome(result) })
-        }),
-        Op::DisownDir { uid, path, keep, .. } => spawn(ctx, async move |c: Ctx| {
-            let root = c.root.clone();
+            spawn_on_root(ctx, id, what, fsgate::TRASH_DEADLINE, move |root| {
+                fsops::trash_dir(root, &path, &uid, &trash_name)
+            })
+        }
+        Op::DisownDir { uid, path, keep, .. } => {
             let what = format!("giving {path} up");
-            let work = move || fsops::disown_dir(&root, &path, &uid, &keep);
-            let result = c.fs.call(&what, fsgate::TRASH_DEADLINE, work).await.and_then(|r| r);
-            Some(Input::EffectDone { id, outcome: outcome(result) })
-        }),
-        Op::PurgeTrash { name } => spawn(ctx, async move |c: Ctx| {
-            let root = c.root.clone();
+            spawn_on_root(ctx, id, what, fsgate::TRASH_DEADLINE, move |root| {
+                fsops::disown_dir(root, &path, &uid, &keep)
+            })
+        }
+        Op::PurgeTrash { name } => {
             let what = format!("purging trash entry {name}");
-            let result = c.fs.call(&what, fsgate::PURGE_DEADLINE, move || fsops::purge_trash(&root, &name)).await;
-            Some(Input::EffectDone { id, outcome: outcome(result.and_then(|r| r)) })
-        }),
+            spawn_on_root(ctx, id, what, fsgate::PURGE_DEADLINE, move |root| fsops::purge_trash(root, &name))
+        }
         Op::ProbeRoot => spawn(ctx, async move |c: Ctx| Some(Input::RootProbed { id, probe: probe_root(&c).await })),
         Op::Snapshot => spawn(ctx, async move |c: Ctx| {
             Some(match snapshot(&c).await {
@@ -478,6 +474,22 @@ fn outcome(result: Result<(), String>) -> Outcome {
 }
 
 /// Run one effect's work in a task, counted as in flight until its input is queued.
+/// One blocking call on the models root (`what` names it in errors), through the filesystem
+/// gate with its deadline; its result is the effect's outcome.
+fn spawn_on_root(
+    ctx: &Ctx,
+    id: EffectId,
+    what: String,
+    deadline: std::time::Duration,
+    work: impl FnOnce(&std::path::Path) -> Result<(), String> + Send + 'static,
+) {
+    spawn(ctx, async move |c: Ctx| {
+        let root = c.root.clone();
+        let result = c.fs.call(&what, deadline, move || work(&root)).await.and_then(|r| r);
+        Some(Input::EffectDone { id, outcome: outcome(result) })
+    })
+}
+
 fn spawn<F>(ctx: &Ctx, work: impl FnOnce(Ctx) -> F + Send + 'static)
 where
     F: std::future::Future<Output = Option<Input>> + Send + 'static,
