@@ -599,38 +599,36 @@ impl World {
         input
     }
 
+    /// A live read of a model, of the Node or of a kind, with the read faults in force; `None`
+    /// when it is lost (timed out).
+    fn exec_read(&mut self, node: usize, id: model_agent_core::machine::EffectId, op: &Op) -> Option<Input> {
+        match op {
+            Op::LiveList { .. } => self.counters.api_list += 1,
+            _ => self.counters.api_get += 1,
+        }
+        let fault = self.read_fault(node)?;
+        Some(match (op, fault) {
+            (Op::LiveGet { .. }, Some(reason)) => Input::LiveRead { id, result: ReadResult::Failed(reason) },
+            (Op::LiveGet { key }, None) => {
+                let result = self.api.get(key).map_or(ReadResult::NotFound, ReadResult::Found);
+                Input::LiveRead { id, result }
+            }
+            (Op::LiveGetNode, Some(reason)) => Input::NodeRead { id, result: NodeReadResult::Failed(reason) },
+            (Op::LiveGetNode, None) => Input::NodeRead { id, result: NodeReadResult::Found(self.api.node_view(node)) },
+            (Op::LiveList { .. }, Some(reason)) => Input::LiveList { id, result: ListResult::Failed(reason) },
+            (Op::LiveList { kind }, None) => {
+                Input::LiveList { id, result: ListResult::Listed(self.api.list(*kind, None)) }
+            }
+            _ => unreachable!("exec_read is given live reads only"),
+        })
+    }
+
     fn execute(&mut self, node: usize, effect: &Effect) -> Option<Input> {
         let id = effect.id;
         let down = self.api.down;
         let unavailable = || Input::EffectDone { id, outcome: fail("the API server is unavailable") };
         match &effect.op {
-            Op::LiveGet { key } => {
-                self.counters.api_get += 1;
-                let result = match self.read_fault(node)? {
-                    Some(reason) => ReadResult::Failed(reason),
-                    None => match self.api.get(key) {
-                        Some(obj) => ReadResult::Found(obj),
-                        None => ReadResult::NotFound,
-                    },
-                };
-                Some(Input::LiveRead { id, result })
-            }
-            Op::LiveGetNode => {
-                self.counters.api_get += 1;
-                let result = match self.read_fault(node)? {
-                    Some(reason) => NodeReadResult::Failed(reason),
-                    None => NodeReadResult::Found(self.api.node_view(node)),
-                };
-                Some(Input::NodeRead { id, result })
-            }
-            Op::LiveList { kind } => {
-                self.counters.api_list += 1;
-                let result = match self.read_fault(node)? {
-                    Some(reason) => ListResult::Failed(reason),
-                    None => ListResult::Listed(self.api.list(*kind, None)),
-                };
-                Some(Input::LiveList { id, result })
-            }
+            Op::LiveGet { .. } | Op::LiveGetNode | Op::LiveList { .. } => self.exec_read(node, id, &effect.op),
             Op::Publish { key, uid, label_key, label, cm_key, entry } => {
                 self.exec_publish(node, id, (key, uid), (label_key, label), (cm_key, entry))
             }
@@ -652,10 +650,7 @@ impl World {
             // Stopped when it would have executed: it then reports Cancelled, its marker written.
             Op::CancelDownload { download } => self.exec_cancel(node, *download),
             Op::TrashDir { key, uid, path, trash_name } => {
-                if key.is_none() {
-                    self.check_sweep_spares_reserved(node, path);
-                }
-                self.exec_trash(node, id, uid, path, trash_name)
+                self.exec_trash(node, id, key.is_none(), (uid, path, trash_name))
             }
             Op::DisownDir { uid, path, keep, .. } => Some(self.exec_disown(node, id, uid, path, keep)),
             Op::PurgeTrash { name } => {
@@ -971,17 +966,20 @@ impl World {
         }
     }
 
+    /// `by_sweep`: the orphan sweep's (no model's), checked by `check_sweep_spares_reserved`.
     fn exec_trash(
         &mut self,
         node: usize,
         id: model_agent_core::machine::EffectId,
-        uid: &Uid,
-        path: &str,
-        trash_name: &str,
+        by_sweep: bool,
+        (uid, path, trash_name): (&Uid, &str, &str),
     ) -> Option<Input> {
         if path.starts_with('/') || path.split('/').any(|c| c == "..") {
             self.violation_on(node, None, format!("trash of a path not beneath the root: {path}"));
             return Some(Input::EffectDone { id, outcome: fail("refused") });
+        }
+        if by_sweep {
+            self.check_sweep_spares_reserved(node, path);
         }
         let generation = self.nodes[node].generation;
         let running = self.nodes[node].downloads_running.iter().any(|((p, _), (g, _))| p == path && *g == generation);
