@@ -266,14 +266,15 @@ impl State {
     /// out for the order in which keys settle (a second review found that hole in a `keep` read
     /// during settling).
     pub(super) fn fill_disowns(&self, st: &mut Step) {
+        // Nearly every step has none: a look, no list made.
+        if !st.out.iter().any(|e| matches!(e.op, Op::DisownDir { .. })) {
+            return;
+        }
         let paths: Vec<String> = st
             .out
             .iter()
             .filter_map(|e| if let Op::DisownDir { path, .. } = &e.op { Some(path.clone()) } else { None })
             .collect();
-        if paths.is_empty() {
-            return;
-        }
         // One pass over the records: which uids are alive, and which live models' specs name a
         // disowned path (such a model may be in the marker though the record does not say so:
         // a download that kept the marker's uids before the first snapshot).
