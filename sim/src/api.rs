@@ -119,8 +119,8 @@ pub struct Api {
     pub objects: BTreeMap<ModelKey, ApiObject>,
     pub graveyard: Vec<Tomb>,
     /// uid → name of every live object (the checks look objects up by uid on every destructive
-    /// effect).
-    by_uid: BTreeMap<Uid, ModelKey>,
+    /// effect), by hash and looked up by text: no uid is built for a lookup.
+    by_uid: FxHashMap<Arc<str>, ModelKey>,
     /// Per node: its `models.ome.io/` labels, by hash (a sorted map's lookup compared keys
     /// sharing their long prefix ten times; whoever needs them in order sorts them). Keys and
     /// values are shared by every node (one string per text, `strings`).
@@ -207,7 +207,7 @@ impl Api {
         let uid = Uid::new(&format!("uid-{}-{}", key.name, self.uid_next));
         let obj = ApiObject::new(key.clone(), uid, self.rv, spec, finalizer);
         let model = obj.to_model();
-        self.by_uid.insert(obj.uid.clone(), key.clone());
+        self.by_uid.insert(Arc::clone(&obj.uid.0), key.clone());
         self.objects.insert(key, obj);
         Some(Change::Applied(model))
     }
@@ -231,7 +231,7 @@ impl Api {
 
     fn remove(&mut self, key: &ModelKey) -> Option<Change> {
         let mut obj = self.objects.remove(key)?;
-        self.by_uid.remove(&obj.uid);
+        self.by_uid.remove(obj.uid.as_str());
         self.rv += 1;
         obj.set_rv(self.rv);
         let model = obj.to_model();
@@ -298,7 +298,7 @@ impl Api {
     /// Is an object with this uid alive (not being deleted) and placed on `node`? Decided by
     /// the simulator's own oracle, never by the core's `placement()`.
     pub fn live_here(&self, uid: &str, node: usize) -> Option<&ApiObject> {
-        let obj = self.objects.get(self.by_uid.get(&Uid::new(uid))?)?;
+        let obj = self.objects.get(self.by_uid.get(uid)?)?;
         (!obj.deleting && self.placed(&obj.spec, node)).then_some(obj)
     }
 
@@ -309,7 +309,7 @@ impl Api {
         if *key == other.key {
             return false;
         }
-        let Some(mine) = self.by_uid.get(&Uid::new(uid)).and_then(|k| self.objects.get(k)) else { return true };
+        let Some(mine) = self.by_uid.get(uid).and_then(|k| self.objects.get(k)) else { return true };
         let rank = |o: &ApiObject| (o.key.kind != Kind::ClusterBaseModel, o.created_rv, o.uid.as_str().to_string());
         rank(mine) < rank(other)
     }
@@ -322,7 +322,7 @@ impl Api {
 
     /// The name of the live object with this uid.
     pub fn key_of(&self, uid: &str) -> Option<ModelKey> {
-        self.by_uid.get(&Uid::new(uid)).cloned()
+        self.by_uid.get(uid).cloned()
     }
 
     pub fn snapshot(&mut self, node: usize) -> DriftSnapshot {

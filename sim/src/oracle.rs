@@ -17,9 +17,14 @@ use std::collections::BTreeMap;
 use model_agent_core::ModelSpec;
 use model_agent_core::placement::NodeSelectorRequirement;
 
-/// The scheme of a storage URI, as written (`hf` for `hf://org/m`).
+/// The scheme of a storage URI, as written (`hf` for `hf://org/m`): what comes before the first
+/// `://`, found from the colons (a byte search) rather than by a substring searcher built for
+/// every call (the checks ask this of every model on every node).
 pub fn scheme(storage_uri: &str) -> &str {
-    storage_uri.split_once("://").map_or("", |(s, _)| s)
+    storage_uri
+        .match_indices(':')
+        .find(|(at, _)| storage_uri[at + 1..].starts_with("//"))
+        .map_or("", |(at, _)| &storage_uri[..at])
 }
 
 /// Schemes whose weights the agent writes onto the node.
@@ -155,6 +160,32 @@ mod tests {
 
     fn exprs(r: Vec<NodeSelectorRequirement>) -> NodeSelectorTerm {
         NodeSelectorTerm { match_expressions: r, match_fields: vec![] }
+    }
+
+    /// The colon search gives what a substring search for `://` gives, on URIs with colons
+    /// before, inside and after the separator, and with none.
+    #[test]
+    fn the_scheme_is_the_text_before_the_first_separator() {
+        let uris = [
+            "hf://org/m",
+            "local:///mnt/m",
+            "a:b://c",
+            "a:/b://c",
+            "a:",
+            "a:/",
+            "://x",
+            "x",
+            "",
+            ":",
+            "::/://",
+            "s3://b/p:q://r",
+            "hf:/org/m",
+            "oci://n/b/o",
+        ];
+        for uri in uris {
+            let expected = uri.split_once("://").map_or("", |(s, _)| s);
+            assert_eq!(scheme(uri), expected, "{uri:?}");
+        }
     }
 
     #[test]

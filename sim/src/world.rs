@@ -1547,13 +1547,17 @@ impl World {
     ) {
         let n = &self.nodes[node];
         let mut expected_labels: FxHashMap<&str, (&'static str, &ModelKey)> = FxHashMap::default();
+        // Membership by index, for the holders' filter below (a search of `placed` for every
+        // pair of models was most of this check at a thousand models a node).
+        let mut is_placed = vec![false; expects.len()];
+        placed.iter().for_each(|&i| is_placed[i] = true);
         for e in owners.iter().map(|&i| &expects[i]) {
             let local_missing = e.local_path.as_ref().is_some_and(|p| n.missing_local.contains(p));
             // Two models may name one directory: the one whose marker it holds is Ready.
             let taken =
                 e.dir.as_ref().and_then(|p| n.dirs.get(p)).is_some_and(|marker| !marker.contains(&e.uid)) && !e.reuses;
             // A reserved model keeps its directory while it is away from the node, too.
-            let holders = expects.iter().enumerate().filter(|(i, u)| placed.contains(i) || u.spec.reserve_artifact);
+            let holders = expects.iter().enumerate().filter(|(i, u)| is_placed[*i] || u.spec.reserve_artifact);
             let held = other_source_there(n, e, holders.map(|(_, u)| u));
             let failed = (e.downloads && (!n.root_writable || taken || held)) || local_missing;
             let status = if failed { ModelStatus::Failed } else { ModelStatus::Ready };
