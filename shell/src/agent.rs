@@ -281,9 +281,9 @@ fn dispatch(ctx: &Ctx, Effect { id, op }: Effect) {
         Op::VerifyLocal { key, path, parse_metadata, .. } => {
             spawn(ctx, async move |c: Ctx| Some(verify_local(&c, id, &key, &path, parse_metadata).await))
         }
-        Op::Download { key, uid, storage_uri, dest, parse_metadata, co_owners, keep_marked, other_source } => {
+        Op::Download { key, uid, storage_uri, dest, parse_metadata, co_owners, keep_marked, other_source, reserve } => {
             let cancel = ctx.downloads.register(id);
-            let owners = downloads::Owners { co_owners, keep_marked, other_source };
+            let owners = downloads::Owners { co_owners, keep_marked, other_source, reserve };
             let request = downloads::Request { id, key, uid, storage_uri, dest, parse_metadata, owners };
             spawn(ctx, async move |c: Ctx| downloads::execute(c, request, cancel).await)
         }

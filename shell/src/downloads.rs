@@ -96,6 +96,8 @@ pub struct Owners {
     pub keep_marked: bool,
     /// Live models of another source using `dest` (`Op::Download::other_source`).
     pub other_source: Vec<Uid>,
+    /// The model carries the reserve label (`Op::Download::reserve`).
+    pub reserve: bool,
 }
 
 /// Runs in the loop's task for the effect (counted in flight).
@@ -142,6 +144,7 @@ async fn run(c: &Ctx, request: &Request, cancel: watch::Receiver<bool>) -> Ended
         co_owners: request.owners.co_owners.iter().map(|u| u.as_str().to_string()).collect(),
         keep_marked: request.owners.keep_marked,
         other_source: request.owners.other_source.iter().map(|u| u.as_str().to_string()).collect(),
+        reserve: request.owners.reserve,
         repo_id,
         revision,
         token,

@@ -84,13 +84,18 @@ pub fn verify_local(path: &Path) -> Result<(), String> {
 
 /// The marker's content. A directory that several models share (same source, same path) names
 /// every owner: `uid` first, the others in `co_owners` (absent from a marker of one owner, so
-/// markers written before sharing read the same).
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
+/// markers written before sharing read the same). `reserved` names the uids that carried the
+/// reserve label when their download last ran (absent when none did, so markers written before
+/// it read the same): a sweep after a delete no agent saw gives their directory up instead of
+/// trashing it.
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Marker {
     pub uid: String,
     pub key: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub co_owners: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reserved: Vec<String>,
 }
 
 impl Marker {
@@ -98,7 +103,20 @@ impl Marker {
         let mut co_owners: Vec<String> = co_owners.iter().filter(|u| *u != uid).cloned().collect();
         co_owners.sort();
         co_owners.dedup();
-        Marker { uid: uid.to_string(), key: key.to_string(), co_owners }
+        Marker { uid: uid.to_string(), key: key.to_string(), co_owners, reserved: Vec::new() }
+    }
+
+    /// The same owners, recording as reserved those of its uids that `reserved` says are.
+    pub fn reserving(mut self, reserved: impl Fn(&str) -> bool) -> Marker {
+        let mut flagged: Vec<String> = self.uids().filter(|u| reserved(u)).map(str::to_string).collect();
+        flagged.sort();
+        self.reserved = flagged;
+        self
+    }
+
+    /// Does the marker record `uid` as reserved?
+    pub fn is_reserved(&self, uid: &str) -> bool {
+        self.reserved.iter().any(|u| u == uid) && self.names(uid)
     }
 
     /// Every uid the marker names.
@@ -191,7 +209,10 @@ pub fn disown_dir(root: &Path, rel: &str, uid: &Uid, keep: &[Uid]) -> Result<(),
     match rest.split_first() {
         None => unlinkat(dir.as_fd(), MARKER, UnlinkatFlags::NoRemoveDir).map_err(|e| format!("{rel}/{MARKER}: {e}")),
         // The key names the model that first wrote the marker; it only ever appears in messages.
-        Some((first, others)) => write_marker_in(&dir, rel, &Marker::new(first, &marker.key, others)),
+        Some((first, others)) => {
+            let rest = Marker::new(first, &marker.key, others).reserving(|u| marker.is_reserved(u));
+            write_marker_in(&dir, rel, &rest)
+        }
     }
 }
 
@@ -384,7 +405,9 @@ pub fn scan(root: &Path) -> (Vec<OwnedDir>, Vec<String>) {
             }
             if name == MARKER {
                 if let Ok(Some(m)) = read_marker_in(&dir, &rel) {
-                    owned.extend(m.uids().map(|uid| OwnedDir { path: rel.clone(), uid: Uid::new(uid) }));
+                    let dir =
+                        |uid: &str| OwnedDir { path: rel.clone(), uid: Uid::new(uid), reserved: m.is_reserved(uid) };
+                    owned.extend(m.uids().map(dir));
                 }
             } else if depth < SCAN_DEPTH_MAX && is_dir_entry(&dir, &name, kind) {
                 let child = if rel.is_empty() { name } else { format!("{rel}/{name}") };
@@ -458,8 +481,8 @@ mod tests {
         assert_eq!(
             owned,
             vec![
-                OwnedDir { path: "a/b".into(), uid: Uid::new("u1") },
-                OwnedDir { path: "c".into(), uid: Uid::new("u2") },
+                OwnedDir { path: "a/b".into(), uid: Uid::new("u1"), reserved: false },
+                OwnedDir { path: "c".into(), uid: Uid::new("u2"), reserved: false },
             ]
         );
         assert!(trash.is_empty());
@@ -496,6 +519,33 @@ mod tests {
         assert_eq!(text, r#"{"uid":"u1","key":"ClusterBaseModel/m"}"#);
     }
 
+    /// The marker records reserved uids byte for byte as written, reads markers written before
+    /// it did, and the scan reports each uid's record; a disown keeps the records of the uids
+    /// it keeps.
+    #[test]
+    fn a_marker_records_reserved_uids_and_the_scan_and_a_disown_keep_them() {
+        let root = tmp("reserved-marker");
+        let m = Marker::new("u1", "BaseModel/ns/m", &["u2".into(), "u3".into()]).reserving(|u| u != "u2");
+        write_marker(&root, "m", &m).unwrap();
+        let text = fs::read_to_string(root.join("m").join(MARKER)).unwrap();
+        assert_eq!(text, r#"{"uid":"u1","key":"BaseModel/ns/m","co_owners":["u2","u3"],"reserved":["u1","u3"]}"#);
+        let old: Marker = serde_json::from_str(r#"{"uid":"u1","key":"BaseModel/ns/m"}"#).unwrap();
+        assert_eq!(old, Marker::new("u1", "BaseModel/ns/m", &[]));
+        // A record of a uid the marker does not name counts for nothing.
+        let stray: Marker = serde_json::from_str(r#"{"uid":"u1","key":"k","reserved":["u9"]}"#).unwrap();
+        assert!(!stray.is_reserved("u9") && !stray.is_reserved("u1"));
+        let reserved = |owned: &[OwnedDir]| -> Vec<(String, bool)> {
+            owned.iter().map(|d| (d.uid.as_str().to_string(), d.reserved)).collect()
+        };
+        let (owned, _) = scan(&root);
+        assert_eq!(reserved(&owned), [("u1".into(), true), ("u2".into(), false), ("u3".into(), true)]);
+        disown_dir(&root, "m", &Uid::new("u1"), &[Uid::new("u2"), Uid::new("u3")]).unwrap();
+        let text = fs::read_to_string(root.join("m").join(MARKER)).unwrap();
+        assert_eq!(text, r#"{"uid":"u2","key":"BaseModel/ns/m","co_owners":["u3"],"reserved":["u3"]}"#);
+        let (owned, _) = scan(&root);
+        assert_eq!(reserved(&owned), [("u2".into(), false), ("u3".into(), true)]);
+    }
+
     #[test]
     fn disowning_takes_the_uid_out_of_the_marker_and_never_touches_the_files() {
         let root = tmp("disown");
@@ -512,7 +562,7 @@ mod tests {
         assert!(!root.join("a/b").join(MARKER).exists());
         assert!(root.join("a/b/weights.bin").exists() && root.join("m/weights.bin").exists());
         let (owned, _) = scan(&root);
-        assert_eq!(owned, vec![OwnedDir { path: "m".into(), uid: Uid::new("u2") }]);
+        assert_eq!(owned, vec![OwnedDir { path: "m".into(), uid: Uid::new("u2"), reserved: false }]);
         // Not named, no marker, no directory: nothing to do. No sweep can trash `a/b` now.
         disown_dir(&root, "m", &Uid::new("u9"), &[]).unwrap();
         disown_dir(&root, "a/b", &Uid::new("u1"), &[]).unwrap();

@@ -124,6 +124,7 @@ impl Upstream {
                 co_owners: Vec::new(),
                 keep_marked: false,
                 other_source: Vec::new(),
+                reserve: false,
                 key: obj.key.clone(),
                 uid: obj.uid.clone(),
                 storage_uri: spec.storage_uri.to_string(),

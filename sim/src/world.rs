@@ -103,6 +103,9 @@ pub struct SimNode {
     /// Directories beneath the models root with this agent's ownership marker (path → the
     /// uids it names).
     pub dirs: BTreeMap<String, BTreeSet<Uid>>,
+    /// (path, uid) where the marker at `path` records `uid` as reserved (`OwnedDir::reserved`);
+    /// pruned with the marker (`prune_reserved_marks`).
+    pub reserved_marks: BTreeSet<(String, Uid)>,
     /// What source each directory's files are from: the storage URI of the last download that
     /// completed into it (the shell's manifest, written last). A cancelled download leaves it as
     /// it was; a trashed directory takes it along.
@@ -134,6 +137,15 @@ pub struct SimNode {
     pub recorder: Option<Recorder>,
     /// The last steps of this node's agent (kept across restarts, cleared by none).
     pub history: History,
+}
+
+impl SimNode {
+    /// Forgets the reserve records of uids the marker at `path` no longer names (a marker
+    /// rewritten or removed takes its records along, as the shell's does).
+    fn prune_reserved_marks(&mut self, path: &str) {
+        let marker = self.dirs.get(path);
+        self.reserved_marks.retain(|(p, uid)| p != path || marker.is_some_and(|m| m.contains(uid)));
+    }
 }
 
 /// A symlink to a shared copy (issue 10).
@@ -328,6 +340,7 @@ impl World {
                     root_writable: true,
                     missing_local: BTreeSet::new(),
                     dirs: BTreeMap::new(),
+                    reserved_marks: BTreeSet::new(),
                     files: BTreeMap::new(),
                     links: BTreeMap::new(),
                     occupied: BTreeSet::new(),
@@ -639,9 +652,8 @@ impl World {
                 let missing = self.nodes[node].missing_local.contains(path);
                 Some(Input::EffectDone { id, outcome: local_outcome(path, missing) })
             }
-            Op::Download { dest, uid, storage_uri, co_owners, keep_marked, other_source, .. } => {
-                self.exec_download(node, id, (dest, storage_uri), uid, (co_owners, *keep_marked, other_source))
-            }
+            Op::Download { dest, uid, storage_uri, co_owners, keep_marked, other_source, reserve, .. } => self
+                .exec_download(node, id, (dest, storage_uri), (uid, *reserve), (co_owners, *keep_marked, other_source)),
             Op::Resolve { storage_uri, .. } => Some(resolved(id, storage_uri)),
             Op::Link { uid, link, copy, .. } => Some(self.exec_link(node, id, uid, link, copy)),
             Op::Unlink { link, copy, .. } => Some(self.exec_unlink(node, id, link, copy)),
@@ -766,7 +778,7 @@ impl World {
         node: usize,
         id: model_agent_core::machine::EffectId,
         (dest, storage_uri): (&model_agent_core::dest_path::DestPath, &str),
-        uid: &Uid,
+        (uid, reserve): (&Uid, bool),
         marker_rule: (&[Uid], bool, &[Uid]),
     ) -> Option<Input> {
         let cancelled = self.nodes[node].downloads_cancelled.remove(&id);
@@ -796,6 +808,14 @@ impl World {
             return Some(Input::EffectDone { id, outcome: fail(&format!("{path} is a symlink (never followed)")) });
         }
         let marked = self.nodes[node].dirs.insert(path.to_string(), owners);
+        // As the shell records it: this uid's reserve label as the op carries it, the others'
+        // as the marker had them (none for a marker made now).
+        let mark = (path.to_string(), uid.clone());
+        match reserve {
+            true => _ = self.nodes[node].reserved_marks.insert(mark),
+            false => _ = self.nodes[node].reserved_marks.remove(&mark),
+        }
+        self.nodes[node].prune_reserved_marks(path);
         self.counters.copies_made += u64::from(marked.is_none() && is_copy(path));
         if cancelled {
             let end = DownloadEnd { marked: true, result: DownloadResult::Cancelled };
@@ -964,6 +984,18 @@ impl World {
                 format!("the sweep trashes {path}, the weights of reserved uid {uid} deleted since this agent started");
             self.violation_on(node, None, text);
         }
+        // Whenever it was deleted: the marker says the model was reserved.
+        let n = &self.nodes[node];
+        let recorded = n
+            .dirs
+            .get(path)
+            .into_iter()
+            .flatten()
+            .find(|u| n.reserved_marks.contains(&(path.to_string(), (*u).clone())));
+        if let Some(uid) = recorded.cloned() {
+            let text = format!("the sweep trashes {path}, whose marker records uid {uid} as reserved");
+            self.violation_on(node, None, text);
+        }
     }
 
     /// `by_sweep`: the orphan sweep's (no model's), checked by `check_sweep_spares_reserved`.
@@ -988,6 +1020,7 @@ impl World {
         }
         if self.nodes[node].dirs.get(path).is_some_and(|marker| marker.contains(uid)) {
             let marker = self.nodes[node].dirs.remove(path).expect("checked");
+            self.nodes[node].prune_reserved_marks(path);
             let files = self.nodes[node].files.remove(path);
             self.nodes[node].trash.insert(trash_name.to_string());
             self.counters.dir_removals += 1;
@@ -1102,6 +1135,7 @@ impl World {
             if marker.is_empty() {
                 n.dirs.remove(path);
             }
+            n.prune_reserved_marks(path);
         }
         done(id)
     }
@@ -1147,7 +1181,11 @@ impl World {
         snapshot.owned_dirs = self.nodes[node]
             .dirs
             .iter()
-            .flat_map(|(path, uids)| uids.iter().map(|uid| OwnedDir { path: path.clone(), uid: uid.clone() }))
+            .flat_map(|(path, uids)| uids.iter().map(move |uid| (path, uid)))
+            .map(|(path, uid)| {
+                let reserved = self.nodes[node].reserved_marks.contains(&(path.clone(), uid.clone()));
+                OwnedDir { path: path.clone(), uid: uid.clone(), reserved }
+            })
             .collect();
         snapshot.trash = self.nodes[node].trash.iter().cloned().collect();
         Some(Input::DriftObserved { id, snapshot })

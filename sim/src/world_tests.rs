@@ -190,8 +190,51 @@ fn download_naming(
         co_owners: co_owners.iter().map(|u| (*u).clone()).collect(),
         keep_marked,
         other_source: other_source.iter().map(|u| (*u).clone()).collect(),
+        reserve: false,
     };
     w.execute(0, &Effect { id: EffectId(7), op }).expect("a download answers")
+}
+
+/// The reserve records of the marker at `pair`, as the next snapshot shows them.
+fn reserve_records(w: &mut World) -> Vec<(String, bool)> {
+    let Some(Input::DriftObserved { snapshot, .. }) = w.execute(0, &Effect { id: EffectId(9), op: Op::Snapshot })
+    else {
+        panic!("a snapshot answers");
+    };
+    snapshot.owned_dirs.iter().filter(|d| d.path == "pair").map(|d| (d.uid.as_str().to_string(), d.reserved)).collect()
+}
+
+/// The simulated marker records a download's reserve label as the shell's does (this uid's as
+/// the op says, the others' kept), and a sweep that trashes a directory whose marker records a
+/// reserved uid is a violation, whenever that model was deleted.
+#[test]
+fn the_marker_records_the_reserve_label_and_the_sweep_may_not_trash_a_recorded_directory() {
+    let (mut w, u, x) = pair_world();
+    let download = |w: &mut World, uid: &Uid, other: &Uid, reserve: bool| {
+        let op = Op::Download {
+            key: ModelKey::cluster("u"),
+            uid: uid.clone(),
+            storage_uri: PAIR.into(),
+            dest: model_agent_core::dest_path::DestPath::under_root("/mnt/models/pair", ROOT),
+            parse_metadata: false,
+            co_owners: vec![other.clone()],
+            keep_marked: false,
+            other_source: Vec::new(),
+            reserve,
+        };
+        assert!(!failed(&w.execute(0, &Effect { id: EffectId(7), op }).expect("a download answers")));
+    };
+    let (us, xs) = (u.as_str().to_string(), x.as_str().to_string());
+    download(&mut w, &u, &x, true);
+    assert_eq!(reserve_records(&mut w), [(us.clone(), true), (xs.clone(), false)]);
+    download(&mut w, &x, &u, true);
+    assert_eq!(reserve_records(&mut w), [(us.clone(), true), (xs.clone(), true)]);
+    download(&mut w, &u, &x, false);
+    assert_eq!(reserve_records(&mut w), [(us, false), (xs, true)]);
+    let as_reserved = |w: &World| w.violations.iter().filter(|v| v.contains("as reserved")).count();
+    assert_eq!(as_reserved(&w), 0);
+    trash(&mut w, x.as_str(), "pair");
+    assert_eq!(as_reserved(&w), 1, "{:?}", w.violations);
 }
 
 fn failed(input: &Input) -> bool {

@@ -10,6 +10,9 @@ pub(super) struct OrphanCheck {
     pub(super) entries: Vec<(String, Option<Uid>)>,
     /// Directories with their marker's uids, none of them known.
     pub(super) dirs: Vec<(String, Vec<Uid>)>,
+    /// Of those, the ones whose marker records a reserved uid, with that uid: given up, never
+    /// trashed (`OwnedDir::reserved`).
+    pub(super) reserved: Vec<(String, Uid)>,
     pub(super) lists: [Option<EffectId>; 2],
     pub(super) listed: [Option<Arc<Vec<Arc<ModelObject>>>>; 2],
     /// The step it began: a copy that only a model the Node view does not place may use waits
@@ -134,6 +137,7 @@ impl State {
                 .map(|((k, e), _)| (k.to_string(), e.uid.clone()))
                 .collect(),
             dirs: unclaimed_dirs(&snap.owned_dirs, &claimed.uids, &self.dirs),
+            reserved: snap.owned_dirs.iter().filter(|d| d.reserved).map(|d| (d.path.clone(), d.uid.clone())).collect(),
             began_seq: st.seq,
             ..OrphanCheck::default()
         };
@@ -247,6 +251,15 @@ impl State {
                 None => marker_uids.iter().any(|u| uids.contains(u)),
             };
             if kept || self.dirs.contains_key(path.as_str()) {
+                continue;
+            }
+            // A model deleted while no agent ran, whose marker says it was reserved: its files
+            // stay, as upstream leaves them, and the marker goes (a later model may adopt them).
+            // A copy is its users' (above), whatever its marker records.
+            let reserved = check.reserved.iter().find(|(p, u)| p == path && marker_uids.contains(u));
+            if let Some((_, uid)) = reserved.filter(|_| shared::copy_parts(path).is_none()) {
+                let op = Op::DisownDir { key: None, uid: uid.clone(), path: path.clone(), keep: Vec::new() };
+                self.emit(st, op, Some(Owner::Orphan { dir: None }));
                 continue;
             }
             let uid = marker_uids[0].clone();
@@ -487,6 +500,7 @@ mod tests {
                 .map(|_| OwnedDir {
                     path: paths[prng.up_to(paths.len() as u64 - 1) as usize].to_string(),
                     uid: Uid::new(uids[prng.up_to(uids.len() as u64 - 1) as usize]),
+                    reserved: false,
                 })
                 .collect();
             let claimed: FxHashSet<Uid> = uids.iter().filter(|_| prng.up_to(1) == 0).map(|u| Uid::new(u)).collect();

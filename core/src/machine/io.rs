@@ -244,6 +244,11 @@ pub struct OwnedDir {
     /// Path relative to the models root.
     pub path: String,
     pub uid: Uid,
+    /// The marker records that `uid` carried the reserve label when its download last ran: the
+    /// orphan sweep gives such a directory up rather than trash it (the model may have been
+    /// deleted while no agent ran, and upstream never removes a reserved model's files).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reserved: bool,
 }
 
 /// What is on the node and in the API now, for drift reconciliation. Taken by the shell with
@@ -409,6 +414,10 @@ pub enum Op {
         /// may be that model's, before anything in this run has shown them there).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         other_source: Vec<Uid>,
+        /// The model carries the reserve label: the marker records it for `uid`
+        /// (`OwnedDir::reserved`), and forgets it when it does not.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        reserve: bool,
     },
     /// Resolve an `hf://` revision to its commit (`Outcome::Resolved`). When the source cannot
     /// answer, the shell may answer with the commit of the copy the symlink at `link` (beneath
@@ -435,8 +444,9 @@ pub enum Op {
     /// place: the marker keeps only the uids of `keep` it names (those that may be of live
     /// models), and goes when it names none, so no later sweep takes the weights for an orphan's
     /// (a uid left over in the marker, of a model gone, would make it one). A marker that does
-    /// not name `uid`, or none, is `Done`.
-    DisownDir { key: ModelKey, uid: Uid, path: String, keep: Vec<Uid> },
+    /// not name `uid`, or none, is `Done`. With no `key`: the orphan sweep's, for a directory
+    /// whose marker records a reserved uid of no model (`OwnedDir::reserved`).
+    DisownDir { key: Option<ModelKey>, uid: Uid, path: String, keep: Vec<Uid> },
     /// Destructive. Delete one entry of the trash folder for good.
     PurgeTrash { name: String },
     /// Destructive. Remove a `models.ome.io/` label no model claims (confirmed by fresh LISTs).

@@ -453,8 +453,12 @@ fn withdraw_op(key: &ModelKey, inc: &Incarnation, ctx: &Context, now: Instant) -
         Some(path) if disowns(inc, ctx) => {
             // `keep` is filled in at the end of the step (`State::fill_disowns`), when every
             // model's record is settled.
-            let op =
-                Op::DisownDir { key: key.clone(), uid: inc.uid().clone(), path: path.to_string(), keep: Vec::new() };
+            let op = Op::DisownDir {
+                key: Some(key.clone()),
+                uid: inc.uid().clone(),
+                path: path.to_string(),
+                keep: Vec::new(),
+            };
             Some((op, IncOp::Disown))
         }
         Some(path) if !trash_blocked(inc, ctx) && !awaits_trash_witness(inc, ctx) => {
@@ -568,6 +572,7 @@ fn fetch_op(key: &ModelKey, inc: &Incarnation, plan: &Plan, ctx: &Context) -> Op
             co_owners,
             keep_marked: ctx.markers_seen.is_none(),
             other_source,
+            reserve: inc.is_reserved(),
         },
         Plan::Resolve { storage_uri } => {
             let link = match &inc.dest {

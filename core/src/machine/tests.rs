@@ -714,12 +714,31 @@ fn reserved_hf(name: &str, uid: &str) -> ModelObject {
 
 /// A snapshot showing `m`'s marker naming `u1`.
 fn marked_m_u1() -> DriftSnapshot {
-    DriftSnapshot { owned_dirs: vec![OwnedDir { path: "m".into(), uid: Uid::new("u1") }], ..DriftSnapshot::default() }
+    DriftSnapshot {
+        owned_dirs: vec![OwnedDir { path: "m".into(), uid: Uid::new("u1"), reserved: false }],
+        ..DriftSnapshot::default()
+    }
 }
 
 fn disowns_of_m_u1(effects: &[Effect]) -> usize {
     let of_m_u1 = |op: &Op| matches!(op, Op::DisownDir { uid, path, .. } if uid.as_str() == "u1" && path == "m");
     effects.iter().filter(|e| of_m_u1(&e.op)).count()
+}
+
+/// The download tells the shell whether the model carries the reserve label, for the marker
+/// to record it (`OwnedDir::reserved`).
+#[test]
+fn a_download_carries_the_reserve_label_of_its_model() {
+    for (o, reserve) in [(reserved_hf("m", "u1"), true), (hf("m", "u1"), false)] {
+        let mut h = H::new();
+        let e = h.start(true, vec![o]);
+        let all = h.settle(e);
+        let downloads: Vec<bool> = all
+            .iter()
+            .filter_map(|e| if let Op::Download { reserve, .. } = e.op { Some(reserve) } else { None })
+            .collect();
+        assert_eq!(downloads, [reserve], "{all:?}");
+    }
 }
 
 #[test]
@@ -1102,7 +1121,7 @@ fn drift_removes_orphans_only_after_fresh_lists_show_no_owner() {
             ("clusterbasemodel.gone".into(), EntryView { status: Some(ModelStatus::Ready), uid: Some(Uid::new("ug")) }),
             ("settings".into(), EntryView { status: None, uid: None }),
         ]),
-        owned_dirs: vec![OwnedDir { path: "gone".into(), uid: Uid::new("ug") }],
+        owned_dirs: vec![OwnedDir { path: "gone".into(), uid: Uid::new("ug"), reserved: false }],
         trash: vec![],
     };
     let e = h.input(Input::DriftObserved { id: sid, snapshot: snap });
@@ -1125,6 +1144,40 @@ fn drift_removes_orphans_only_after_fresh_lists_show_no_owner() {
     assert!(d.iter().any(|op| matches!(op, Op::RemoveOrphanEntry { cm_key, uid } if cm_key == "clusterbasemodel.gone" && uid.as_ref().map(Uid::as_str) == Some("ug"))));
     assert!(d.iter().any(|op| matches!(op, Op::TrashDir { uid, key: None, .. } if uid.as_str() == "ug")));
     assert!(!d.iter().any(|op| matches!(op, Op::RemoveOrphanLabel { label_key } if label_key.ends_with(".late"))));
+}
+
+/// A model deleted while no agent ran is unknown to this one, and its directory an orphan's;
+/// when the marker records it as reserved, the sweep gives the directory up (the marker goes,
+/// the files stay, as upstream keeps a reserved model's files), and trashes only the others.
+#[test]
+fn the_sweep_gives_up_a_directory_whose_marker_records_a_reserved_model() {
+    let mut h = H::new();
+    let e = h.start(false, vec![local("m", "u1")]);
+    let sid = snapshot_request(&e);
+    let owned = |path: &str, uid: &str, reserved: bool| OwnedDir { path: path.into(), uid: Uid::new(uid), reserved };
+    let snap = DriftSnapshot {
+        owned_dirs: vec![owned("gone", "ug", false), owned("kept", "ux", false), owned("kept", "uk", true)],
+        ..DriftSnapshot::default()
+    };
+    let e = h.input(Input::DriftObserved { id: sid, snapshot: snap });
+    assert!(destructive(&e).is_empty(), "a snapshot alone removes nothing");
+    let mut out = Vec::new();
+    for (id, _) in lists(&e) {
+        out.extend(h.input(Input::LiveList { id, result: ListResult::Listed(vec![]) }));
+    }
+    let trashed: Vec<&str> = out
+        .iter()
+        .filter_map(|e| if let Op::TrashDir { path, .. } = &e.op { Some(path.as_str()) } else { None })
+        .collect();
+    assert_eq!(trashed, ["gone"], "{out:?}");
+    let disowns: Vec<&Effect> = out.iter().filter(|e| matches!(e.op, Op::DisownDir { .. })).collect();
+    assert_eq!(disowns.len(), 1, "{out:?}");
+    let Op::DisownDir { key, uid, path, keep } = &disowns[0].op else { unreachable!() };
+    assert_eq!((key, uid.as_str(), path.as_str()), (&None, "uk", "kept"));
+    assert!(keep.is_empty(), "no live model may be in that marker: {keep:?}");
+    // Given up, it is not trashed later either: the next snapshot shows no marker there.
+    let e = h.input(Input::EffectDone { id: disowns[0].id, outcome: Outcome::Done });
+    assert!(destructive(&e).is_empty(), "{e:?}");
 }
 
 #[test]

@@ -49,7 +49,8 @@ impl Seen {
             return DriftSnapshot { owned_dirs: owned.to_vec(), ..DriftSnapshot::default() };
         };
         let marked = markers.iter().flat_map(|(path, uids)| uids.iter().map(move |u| (path, u)));
-        let owned_dirs = marked.map(|(path, uid)| OwnedDir { path: path.clone(), uid: Uid::new(uid) }).collect();
+        let owned_dirs =
+            marked.map(|(path, uid)| OwnedDir { path: path.clone(), uid: Uid::new(uid), reserved: false }).collect();
         DriftSnapshot { owned_dirs, ..DriftSnapshot::default() }
     }
 
@@ -199,7 +200,7 @@ fn delete(h: &mut H, o: &ModelObject) -> Vec<Effect> {
 }
 
 fn copy_marked(uids: &[&str]) -> Vec<OwnedDir> {
-    uids.iter().map(|u| OwnedDir { path: COPY.into(), uid: Uid::new(u) }).collect()
+    uids.iter().map(|u| OwnedDir { path: COPY.into(), uid: Uid::new(u), reserved: false }).collect()
 }
 
 /// Three models, one copy: ready, and where every download went.
@@ -311,7 +312,8 @@ fn the_last_user_switching_to_its_own_download_leaves_the_copy_to_the_sweep() {
     run(&mut h, e, &mut seen, &[], &models);
     let own = vec![obj(&models[0].key, "c1", "hf://org/repo@main", Some("/mnt/models/qwen"))];
     let e = h.apply(own[0].clone());
-    let owned = [copy_marked(&["c1"]), vec![OwnedDir { path: "qwen".into(), uid: Uid::new("c1") }]].concat();
+    let owned =
+        [copy_marked(&["c1"]), vec![OwnedDir { path: "qwen".into(), uid: Uid::new("c1"), reserved: false }]].concat();
     run(&mut h, e, &mut seen, &owned, &own);
     assert_eq!(seen.unlinks, vec![("qwen".to_string(), COPY.to_string())]);
     assert!(seen.trashed.is_empty());
@@ -367,8 +369,8 @@ fn two_models_on_one_path_with_one_source_share_it_and_the_last_one_trashes_it()
         );
     }
     let marked = [
-        OwnedDir { path: "shared".into(), uid: Uid::new("p1") },
-        OwnedDir { path: "shared".into(), uid: Uid::new("d1") },
+        OwnedDir { path: "shared".into(), uid: Uid::new("p1"), reserved: false },
+        OwnedDir { path: "shared".into(), uid: Uid::new("d1"), reserved: false },
     ];
     let e = delete(&mut h, &a);
     run(&mut h, e, &mut seen, &marked, std::slice::from_ref(&b));
@@ -447,8 +449,8 @@ fn a_model_leaving_before_its_download_ran_never_trashes_the_path_another_model_
     let a = obj(&ModelKey::cluster("prefill"), "p1", "hf://org/repo", Some("/mnt/models/shared"));
     let b = obj(&ModelKey::cluster("decode"), "d1", "hf://org/repo", Some("/mnt/models/shared"));
     let owned = [
-        OwnedDir { path: "shared".into(), uid: Uid::new("p1") },
-        OwnedDir { path: "shared".into(), uid: Uid::new("d1") },
+        OwnedDir { path: "shared".into(), uid: Uid::new("p1"), reserved: false },
+        OwnedDir { path: "shared".into(), uid: Uid::new("d1"), reserved: false },
     ];
     let mut seen = Seen::default();
     let e = h.start(true, vec![a.clone(), b.clone()]);
@@ -483,8 +485,8 @@ fn a_name_recreated_while_its_predecessor_owned_a_shared_path_goes_on_at_once() 
     let a = gpu_only(obj(&ModelKey::cluster("prefill"), "p1", "hf://org/repo", Some("/mnt/models/shared")));
     let b = obj(&ModelKey::cluster("decode"), "d1", "hf://org/repo", Some("/mnt/models/shared"));
     let owned = [
-        OwnedDir { path: "shared".into(), uid: Uid::new("p1") },
-        OwnedDir { path: "shared".into(), uid: Uid::new("d1") },
+        OwnedDir { path: "shared".into(), uid: Uid::new("p1"), reserved: false },
+        OwnedDir { path: "shared".into(), uid: Uid::new("d1"), reserved: false },
     ];
     let mut seen = Seen::default();
     let e = h.start(true, vec![a.clone(), b.clone()]);
@@ -549,7 +551,7 @@ fn a_model_whose_keys_another_holds_does_not_keep_a_path_it_never_wrote() {
     run(&mut h, e, &mut seen, &[], &models);
     assert_eq!(seen.downloads.iter().map(|(uid, _, _)| uid.as_str()).collect::<Vec<_>>(), vec!["p1"]);
     let e = delete(&mut h, &a);
-    let marked = [OwnedDir { path: "shared".into(), uid: Uid::new("p1") }];
+    let marked = [OwnedDir { path: "shared".into(), uid: Uid::new("p1"), reserved: false }];
     run(&mut h, e, &mut seen, &marked, &[owner, held]);
     assert_eq!(seen.trashed, vec!["shared".to_string()]);
 }
@@ -560,7 +562,7 @@ fn a_held_model_the_marker_names_keeps_the_path_when_the_other_member_leaves() {
     // downloaded into the shared path before a restart, and now ClusterBaseModel `basemodel.x`,
     // which ranks first, holds its keys. `prefill`, the other member, leaves: x's weights stay
     // (its entry may still say Ready). Once x leaves too, the path goes.
-    let marked = ["p1", "x1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u) });
+    let marked = ["p1", "x1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u), reserved: false });
     let (mut h, mut seen, owner, held) = prefill_left(&marked);
     let e = delete(&mut h, &held);
     run(&mut h, e, &mut seen, &marked, std::slice::from_ref(&owner));
@@ -604,10 +606,10 @@ fn a_held_model_forgets_a_path_whose_marker_no_longer_names_it() {
     let models = vec![owner.clone(), held.clone()];
     let mut seen = Seen::default();
     let e = h.start(true, models.clone());
-    run(&mut h, e, &mut seen, &[OwnedDir { path: "shared".into(), uid: Uid::new("x1") }], &models);
+    run(&mut h, e, &mut seen, &[OwnedDir { path: "shared".into(), uid: Uid::new("x1"), reserved: false }], &models);
     assert_eq!(h.view(&held.key, "x1").owned_dir.as_deref(), Some("shared"));
     let e = h.advance(h.s.config().drift_period_ms * 2);
-    run(&mut h, e, &mut seen, &[OwnedDir { path: "shared".into(), uid: Uid::new("p9") }], &models);
+    run(&mut h, e, &mut seen, &[OwnedDir { path: "shared".into(), uid: Uid::new("p9"), reserved: false }], &models);
     assert_eq!(h.view(&held.key, "x1").owned_dir, None);
     assert!(seen.trashed.is_empty(), "{:?}", seen.trashed);
 }
@@ -616,7 +618,7 @@ fn a_held_model_forgets_a_path_whose_marker_no_longer_names_it() {
 fn a_scan_that_missed_a_marker_takes_no_directory_from_a_held_model() {
     let (a, owner, held) = prefill_and_held();
     let models = vec![a.clone(), owner.clone(), held.clone()];
-    let marked = ["p1", "x1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u) });
+    let marked = ["p1", "x1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u), reserved: false });
     let mut h = H::new();
     let mut seen = Seen::default();
     let e = h.start(true, models.clone());
@@ -636,12 +638,14 @@ fn a_uid_in_two_markers_owns_the_one_it_would_fetch_into_and_leaves_one_another_
     // it used once. It owns `shared`, where it would fetch; once p9 took `shared`, it owns none
     // of it.
     // In the shell's order (sorted by path): `aaa` comes first.
-    let mut marked = vec![OwnedDir { path: "aaa".into(), uid: Uid::new("x1") }];
-    marked.extend(["p1", "x1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u) }));
+    let mut marked = vec![OwnedDir { path: "aaa".into(), uid: Uid::new("x1"), reserved: false }];
+    marked.extend(["p1", "x1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u), reserved: false }));
     let (mut h, mut seen, owner, held) = prefill_left(&marked);
     let e = h.advance(h.s.config().drift_period_ms * 2);
-    let later =
-        [OwnedDir { path: "aaa".into(), uid: Uid::new("x1") }, OwnedDir { path: "shared".into(), uid: Uid::new("p9") }];
+    let later = [
+        OwnedDir { path: "aaa".into(), uid: Uid::new("x1"), reserved: false },
+        OwnedDir { path: "shared".into(), uid: Uid::new("p9"), reserved: false },
+    ];
     run(&mut h, e, &mut seen, &later, &[owner, held.clone()]);
     assert_ne!(h.view(&held.key, "x1").owned_dir.as_deref(), Some("shared"), "still owns the path p9 took");
 }
@@ -654,8 +658,10 @@ fn an_older_uid_a_stale_list_brings_back_never_trashes_the_path_its_successor_do
     let mut h = H::new();
     let old = obj(&ModelKey::cluster("m"), "o1", "hf://org/repo", Some("/mnt/models/m"));
     let new = obj(&ModelKey::cluster("m"), "n1", "hf://org/repo", Some("/mnt/models/m"));
-    let owned =
-        [OwnedDir { path: "m".into(), uid: Uid::new("o1") }, OwnedDir { path: "m".into(), uid: Uid::new("n1") }];
+    let owned = [
+        OwnedDir { path: "m".into(), uid: Uid::new("o1"), reserved: false },
+        OwnedDir { path: "m".into(), uid: Uid::new("n1"), reserved: false },
+    ];
     let mut seen = Seen::default();
     let e = h.start(true, vec![new.clone()]);
     run(&mut h, e, &mut seen, &owned, std::slice::from_ref(&new));
@@ -864,7 +870,7 @@ fn a_co_owner_whose_source_changed_never_downloads_over_the_other_s_files() {
     let mut h = H::new();
     let a = obj(&ModelKey::cluster("prefill"), "p1", "hf://org/repo", Some("/mnt/models/shared"));
     let b = obj(&ModelKey::cluster("decode"), "d1", "hf://org/repo", Some("/mnt/models/shared"));
-    let marked = ["p1", "d1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u) });
+    let marked = ["p1", "d1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u), reserved: false });
     let e = h.start(true, vec![a.clone(), b.clone()]);
     let mut seen = Seen::default();
     run(&mut h, e, &mut seen, &marked, &[a.clone(), b.clone()]);
@@ -918,7 +924,8 @@ fn a_download_sent_after_the_first_snapshot_names_the_live_models_of_another_sou
         }
         out.extend(h.watch(kind, WatchEvent::RelistDone));
     }
-    let marked: Vec<OwnedDir> = ["p1", "d1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u) }).to_vec();
+    let marked: Vec<OwnedDir> =
+        ["p1", "d1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u), reserved: false }).to_vec();
     let mut later = Vec::new();
     let label_keys = [a.key.clone(), moved.key.clone()].map(|k| wire::label_key(&k));
     let ready: BTreeMap<Arc<str>, Arc<str>> =
@@ -985,7 +992,7 @@ fn a_member_leaving_never_trashes_files_another_source_downloaded_there_since() 
     let path = Some("/mnt/models/shared");
     let a = obj(&ModelKey::cluster("prefill"), "p1", "hf://org/repo", path);
     let b = obj(&ModelKey::cluster("decode"), "d1", "hf://org/other", path);
-    let marked = ["p1", "d1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u) });
+    let marked = ["p1", "d1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u), reserved: false });
     let mut seen = Seen::default();
     let e = h.start(true, vec![a.clone()]);
     run(&mut h, e, &mut seen, &marked[..1], std::slice::from_ref(&a));
@@ -1032,8 +1039,8 @@ fn a_co_owner_leaving_never_trashes_a_withdrawn_co_owner_s_weights_on_an_old_wit
     let (gpu, cpu) = gpu_and_cpu();
     let both = [a.clone(), b.clone()];
     let marked = [
-        OwnedDir { path: "shared".into(), uid: Uid::new("a1") },
-        OwnedDir { path: "shared".into(), uid: Uid::new("b1") },
+        OwnedDir { path: "shared".into(), uid: Uid::new("a1"), reserved: false },
+        OwnedDir { path: "shared".into(), uid: Uid::new("b1"), reserved: false },
     ];
     let mut seen = Seen::default();
     let e = h.start_on(gpu.clone(), true, both.to_vec());
@@ -1086,7 +1093,7 @@ fn a_withdrawn_co_owner_returning_after_the_other_trashed_the_directory_download
     let (a, b) = pair_at_shared();
     let (gpu, cpu) = gpu_and_cpu();
     let both = [a.clone(), b.clone()];
-    let marked = ["a1", "b1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u) });
+    let marked = ["a1", "b1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u), reserved: false });
     let mut seen = Seen::default();
     let e = h.start_on(gpu.clone(), true, both.to_vec());
     run(&mut h, e, &mut seen, &marked, &both);
@@ -1202,7 +1209,7 @@ fn a_reserved_model_that_leaves_keeps_its_directory_when_a_co_owner_is_deleted()
     let a = reserved(a);
     let (gpu, cpu) = gpu_and_cpu();
     let both = [a.clone(), b.clone()];
-    let marked = ["a1", "b1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u) });
+    let marked = ["a1", "b1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u), reserved: false });
     let mut seen = Seen::default();
     let e = h.start_on(gpu, true, both.to_vec());
     run(&mut h, e, &mut seen, &marked, &both);
@@ -1385,8 +1392,8 @@ fn a_reserved_model_deleted_while_a_co_owner_downloads_gives_its_directory_up_af
     run(&mut h, e, &mut seen, &[], std::slice::from_ref(&b));
     let e = h.advance(300_000);
     let left = [
-        OwnedDir { path: "shared".into(), uid: Uid::new("a1") },
-        OwnedDir { path: "shared".into(), uid: Uid::new("b1") },
+        OwnedDir { path: "shared".into(), uid: Uid::new("a1"), reserved: false },
+        OwnedDir { path: "shared".into(), uid: Uid::new("b1"), reserved: false },
     ];
     run(&mut h, e, &mut seen, &left, std::slice::from_ref(&b));
     assert!(seen.disowned.contains(&("a1".to_string(), "shared".to_string())), "{:?}", seen.disowned);

@@ -73,6 +73,7 @@ fn parse(args: Vec<String>, env: &dyn Fn(&str) -> Option<String>) -> Result<Args
         co_owners: Vec::new(),
         keep_marked: false,
         other_source: Vec::new(),
+        reserve: false,
         store: None,
     };
     let job = match uri.starts_with("hf://") {

@@ -105,6 +105,10 @@ pub struct Job {
     /// Live models of another source using the directory: a marker naming one of them, over
     /// files not of this job's source, is left alone.
     pub other_source: Vec<String>,
+    /// The model carries the reserve label: the marker records it for `uid` (and forgets it
+    /// when it does not), so that a sweep after a delete no agent saw gives the weights up
+    /// rather than trash them.
+    pub reserve: bool,
     pub repo_id: String,
     /// Branch, tag or commit sha (`main` when the URI names none).
     pub revision: String,

@@ -110,13 +110,23 @@ fn owned_manifest(dest: &Dest, job: &Job) -> Result<Option<Option<Manifest>>, Do
     if job.keep_marked {
         co_owners.extend(marker.uids().map(str::to_string));
     }
-    let owners = Marker::new(&job.uid, &job.key, &co_owners);
+    // This uid's reserve label as the model carries it now; the others' as recorded.
+    let reserved = |u: &str| if u == job.uid { job.reserve } else { marker.is_reserved(u) };
+    let owners = Marker::new(&job.uid, &job.key, &co_owners).reserving(reserved);
     let mut named: Vec<&str> = marker.uids().collect();
     let mut wanted: Vec<&str> = owners.uids().collect();
     named.sort_unstable();
     wanted.sort_unstable();
+    let mut recorded: Vec<&str> = marker.uids().filter(|u| marker.is_reserved(u)).collect();
+    recorded.sort_unstable();
     if named != wanted {
         dest.write_marker(&owners)?;
+    } else if recorded != owners.reserved
+        && let Err(error) = dest.write_marker(&owners)
+    {
+        // Only the record of a reserve label changed: the files stay usable whatever it says
+        // (a read-only root, say); the next download of the directory writes it again.
+        tracing::warn!(path = %dest.rel, %error, "could not record the reserve label in the ownership marker");
     }
     Ok(Some(manifest))
 }
@@ -290,7 +300,7 @@ async fn prepare(
         files.iter().zip(in_place).filter(|(_, kept)| !kept).map(|(file, _)| file.clone()).collect();
     check_space(dest, &todo)?;
     if dest.read_marker()?.is_none() {
-        dest.write_marker(&Marker::new(&job.uid, &job.key, &job.co_owners))?;
+        dest.write_marker(&Marker::new(&job.uid, &job.key, &job.co_owners).reserving(|u| u == job.uid && job.reserve))?;
     }
     if !todo.is_empty() {
         // An older commit's manifest must not vouch for a directory that is changing (mixed revisions).

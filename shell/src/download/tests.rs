@@ -97,6 +97,7 @@ pub(super) fn job(root: &Root, revision: &str) -> Job {
         co_owners: Vec::new(),
         keep_marked: false,
         other_source: Vec::new(),
+        reserve: false,
         store: None,
     }
 }
@@ -332,6 +333,30 @@ async fn a_co_owner_finds_the_files_in_place_and_the_marker_then_names_both() {
     let stranger = Job { uid: "uid-3".into(), co_owners: vec!["uid-4".into()], ..job(&root, "main") };
     let error = run(stranger, &opts(&hub)).await.0.result.unwrap_err();
     assert!(matches!(error, DownloadError::OwnedByOther { .. }), "{error}");
+}
+
+/// The marker records the reserve label of the model downloading as it carries it now, at its
+/// first download and at every re-check after (a label added or removed since), and keeps a
+/// co-owner's record as it was; nothing is fetched again for it.
+#[tokio::test]
+async fn the_marker_records_the_reserve_label_at_every_download() {
+    let (hub, root) = (hub(), Root::new("reserve-recorded"));
+    let recorded = |root: &Root| {
+        let text = std::fs::read_to_string(root.dest().join(MARKER)).unwrap();
+        serde_json::from_str::<crate::fsops::Marker>(&text).unwrap().reserved
+    };
+    finished(run(Job { reserve: true, ..job(&root, "main") }, &opts(&hub)).await.0);
+    assert_eq!(recorded(&root), [UID]);
+    let served = served_all(&hub);
+    finished(run(job(&root, "main"), &opts(&hub)).await.0);
+    assert!(recorded(&root).is_empty(), "the label was removed since");
+    let second = Job { uid: "uid-2".into(), co_owners: vec![UID.into()], reserve: true, ..job(&root, "main") };
+    finished(run(second, &opts(&hub)).await.0);
+    assert_eq!(recorded(&root), ["uid-2"]);
+    let first_again = Job { co_owners: vec!["uid-2".into()], reserve: true, ..job(&root, "main") };
+    finished(run(first_again, &opts(&hub)).await.0);
+    assert_eq!(recorded(&root), [UID, "uid-2"], "the co-owner's record is kept");
+    assert_eq!(served_all(&hub), served, "nothing fetched again");
 }
 
 fn marker_uids(root: &Root) -> Vec<String> {
