@@ -143,6 +143,9 @@ impl SimNode {
     /// Forgets the reserve records of uids the marker at `path` no longer names (a marker
     /// rewritten or removed takes its records along, as the shell's does).
     fn prune_reserved_marks(&mut self, path: &str) {
+        if self.reserved_marks.is_empty() {
+            return;
+        }
         let marker = self.dirs.get(path);
         self.reserved_marks.retain(|(p, uid)| p != path || marker.is_some_and(|m| m.contains(uid)));
     }
@@ -810,12 +813,15 @@ impl World {
         let marked = self.nodes[node].dirs.insert(path.to_string(), owners);
         // As the shell records it: this uid's reserve label as the op carries it, the others'
         // as the marker had them (none for a marker made now).
-        let mark = (path.to_string(), uid.clone());
-        match reserve {
-            true => _ = self.nodes[node].reserved_marks.insert(mark),
-            false => _ = self.nodes[node].reserved_marks.remove(&mark),
+        let n = &mut self.nodes[node];
+        if reserve || !n.reserved_marks.is_empty() {
+            let mark = (path.to_string(), uid.clone());
+            match reserve {
+                true => _ = n.reserved_marks.insert(mark),
+                false => _ = n.reserved_marks.remove(&mark),
+            }
+            n.prune_reserved_marks(path);
         }
-        self.nodes[node].prune_reserved_marks(path);
         self.counters.copies_made += u64::from(marked.is_none() && is_copy(path));
         if cancelled {
             let end = DownloadEnd { marked: true, result: DownloadResult::Cancelled };
@@ -1183,7 +1189,8 @@ impl World {
             .iter()
             .flat_map(|(path, uids)| uids.iter().map(move |uid| (path, uid)))
             .map(|(path, uid)| {
-                let reserved = self.nodes[node].reserved_marks.contains(&(path.clone(), uid.clone()));
+                let marks = &self.nodes[node].reserved_marks;
+                let reserved = !marks.is_empty() && marks.contains(&(path.clone(), uid.clone()));
                 OwnedDir { path: path.clone(), uid: uid.clone(), reserved }
             })
             .collect();
