@@ -137,10 +137,13 @@ impl State {
                 .map(|((k, e), _)| (k.to_string(), e.uid.clone()))
                 .collect(),
             dirs: unclaimed_dirs(&snap.owned_dirs, &claimed.uids, &self.dirs),
-            reserved: snap.owned_dirs.iter().filter(|d| d.reserved).map(|d| (d.path.clone(), d.uid.clone())).collect(),
+            reserved: Vec::new(),
             began_seq: st.seq,
             ..OrphanCheck::default()
         };
+        // The reserve records of the unclaimed directories only (nearly always none).
+        let unclaimed = |d: &&OwnedDir| d.reserved && check.dirs.iter().any(|(path, _)| *path == d.path);
+        check.reserved = snap.owned_dirs.iter().filter(unclaimed).map(|d| (d.path.clone(), d.uid.clone())).collect();
         let any = !check.labels.is_empty() || !check.entries.is_empty() || !check.dirs.is_empty();
         let idle = self.orphan_check.as_ref().is_none_or(|c| c.parked);
         if any && !self.shutting_down && idle {
@@ -227,7 +230,11 @@ impl State {
             uids.extend(slot.all().map(|i| i.uid().clone()));
         }
         for label_key in check.labels.iter().filter(|l| !labels.contains(*l)) {
-            self.emit(st, Op::RemoveOrphanLabel { label_key: label_key.clone() }, Some(Owner::Orphan { dir: None }));
+            self.emit(
+                st,
+                Op::RemoveOrphanLabel { label_key: label_key.clone() },
+                Some(Owner::Orphan { dir: None, gives_up: false }),
+            );
         }
         for (cm_key, uid) in &check.entries {
             let orphan = match uid {
@@ -238,7 +245,7 @@ impl State {
                 self.emit(
                     st,
                     Op::RemoveOrphanEntry { cm_key: cm_key.clone(), uid: uid.clone() },
-                    Some(Owner::Orphan { dir: None }),
+                    Some(Owner::Orphan { dir: None, gives_up: false }),
                 );
             }
         }
@@ -257,17 +264,19 @@ impl State {
             // stay, as upstream leaves them, and the marker goes (a later model may adopt them).
             // A copy is its users' (above), whatever its marker records.
             let reserved = check.reserved.iter().find(|(p, u)| p == path && marker_uids.contains(u));
+            // Either way nothing is fetched into it until the outcome: a download reading the
+            // marker before the disown lands would find it another model's.
+            let dir: Arc<str> = Arc::from(path.as_str());
+            self.dirs_trashing.insert(dir.clone());
             if let Some((_, uid)) = reserved.filter(|_| shared::copy_parts(path).is_none()) {
                 let op = Op::DisownDir { key: None, uid: uid.clone(), path: path.clone(), keep: Vec::new() };
-                self.emit(st, op, Some(Owner::Orphan { dir: None }));
+                self.emit(st, op, Some(Owner::Orphan { dir: Some(dir), gives_up: true }));
                 continue;
             }
             let uid = marker_uids[0].clone();
             let trash_name = format!("{uid}-{}", st.now.as_ms());
-            let dir: Arc<str> = Arc::from(path.as_str());
-            self.dirs_trashing.insert(dir.clone());
             let op = Op::TrashDir { key: None, uid, path: path.clone(), trash_name };
-            self.emit(st, op, Some(Owner::Orphan { dir: Some(dir) }));
+            self.emit(st, op, Some(Owner::Orphan { dir: Some(dir), gives_up: false }));
         }
     }
 

@@ -96,10 +96,12 @@ enum Owner {
     Purge {
         name: String,
     },
-    /// An orphan's removal; `dir` when it trashes a directory (nothing is fetched into it
-    /// until the outcome).
+    /// An orphan's removal; `dir` when it trashes or gives up a directory (nothing is fetched
+    /// into it until the outcome); `gives_up` for a directory whose marker records a reserved
+    /// model (its files stay).
     Orphan {
         dir: Option<Arc<str>>,
+        gives_up: bool,
     },
 }
 
@@ -242,6 +244,8 @@ pub struct Stats {
     pub reads_timed_out: u64,
     pub effects_failed: u64,
     pub orphans_removed: u64,
+    /// Orphan directories given up rather than trashed: their marker recorded a reserved model.
+    pub orphans_given_up: u64,
 }
 
 /// The whole core state: an immutable value (clone is O(1)).

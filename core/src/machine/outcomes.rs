@@ -27,7 +27,7 @@ impl State {
                 }
             }
             Owner::Purge { name } => self.purge_done(st, id, name, outcome),
-            Owner::Orphan { dir } => {
+            Owner::Orphan { dir, gives_up } => {
                 if let Some(dir) = &dir {
                     self.dirs_trashing.remove(dir);
                     // Whoever waited to fetch into it decides again.
@@ -36,6 +36,10 @@ impl State {
                     }
                 }
                 match outcome {
+                    // Given up, the files stay: what was fetched there still is.
+                    Outcome::Done | Outcome::Downloaded(_) | Outcome::Resolved { .. } if gives_up => {
+                        self.stats.orphans_given_up += 1;
+                    }
                     Outcome::Done | Outcome::Downloaded(_) | Outcome::Resolved { .. } => {
                         self.stats.orphans_removed += 1;
                         if let Some(dir) = dir {

@@ -1152,7 +1152,7 @@ fn drift_removes_orphans_only_after_fresh_lists_show_no_owner() {
 #[test]
 fn the_sweep_gives_up_a_directory_whose_marker_records_a_reserved_model() {
     let mut h = H::new();
-    let e = h.start(false, vec![local("m", "u1")]);
+    let e = h.start(true, vec![local("m", "u1")]);
     let sid = snapshot_request(&e);
     let owned = |path: &str, uid: &str, reserved: bool| OwnedDir { path: path.into(), uid: Uid::new(uid), reserved };
     let snap = DriftSnapshot {
@@ -1175,9 +1175,15 @@ fn the_sweep_gives_up_a_directory_whose_marker_records_a_reserved_model() {
     let Op::DisownDir { key, uid, path, keep } = &disowns[0].op else { unreachable!() };
     assert_eq!((key, uid.as_str(), path.as_str()), (&None, "uk", "kept"));
     assert!(keep.is_empty(), "no live model may be in that marker: {keep:?}");
-    // Given up, it is not trashed later either: the next snapshot shows no marker there.
+    // A model at that path waits for the marker to go (its download would find it another
+    // model's), then downloads, adopting what verifies.
+    let e = h.apply(hf("kept", "un"));
+    let all = h.settle(e);
+    assert!(!all.iter().any(|e| matches!(e.op, Op::Download { .. })), "{all:?}");
     let e = h.input(Input::EffectDone { id: disowns[0].id, outcome: Outcome::Done });
     assert!(destructive(&e).is_empty(), "{e:?}");
+    let all = h.settle(e);
+    assert!(all.iter().any(|e| matches!(&e.op, Op::Download { uid, .. } if uid.as_str() == "un")), "{all:?}");
 }
 
 #[test]
