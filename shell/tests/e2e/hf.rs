@@ -397,6 +397,31 @@ fn t19_a_disk_that_fills_mid_download_fails_it_and_it_resumes_once_there_is_room
     agent.stop();
 }
 
+/// A reserved model (`label` the reserve label's value) downloaded by a first agent on node
+/// `n`, Ready: the hub, the root, its directory and that agent.
+fn a_reserved_model_ready(n: &str, name: &str, label: &str) -> (FakeHub, PathBuf, PathBuf, Agent) {
+    node(n);
+    let hub = hub();
+    let root = scratch(&format!("{n}-root"));
+    let dest = root.join("kept");
+    let first = agent(&hub, n, &root);
+    let labels = format!("metadata:\n  labels: {{models.ome/reserve-model-artifact: \"{label}\"}}\n");
+    apply(&hf_model(name, n, &format!("hf://{REPO}"), &dest, "").replace("metadata:\n", &labels));
+    wait_until("label Ready", Duration::from_secs(60), || status(n, name) == "Ready");
+    assert_files_match(&hub, REPO, &dest);
+    (hub, root, dest, first)
+}
+
+/// A directory whose marker names a uid no model has: the next sweep trashes it, which shows the
+/// sweep ran.
+fn a_ghost_directory(root: &Path) -> PathBuf {
+    let ghost = root.join("ghost");
+    std::fs::create_dir_all(&ghost).unwrap();
+    std::fs::write(ghost.join(".model-agent-owner"), r#"{"uid":"uid-of-no-model","key":"ClusterBaseModel/ghost"}"#)
+        .unwrap();
+    ghost
+}
+
 /// A model carrying the reserve label keeps its weights on the node after its delete, as
 /// upstream does, and no later orphan sweep takes them: the agent gives the directory up (the
 /// marker goes) when the delete is confirmed. A restart runs the sweep at once; a directory
@@ -406,24 +431,12 @@ fn t19_a_disk_that_fills_mid_download_fails_it_and_it_resumes_once_there_is_room
 fn t35_a_reserved_model_s_weights_outlive_its_delete_and_the_sweep_after_a_restart() {
     super::setup();
     let (n, name) = ("e2e-reserve", "e2e-reserve-m");
-    node(n);
-    let hub = hub();
-    let root = scratch("e2e-reserve-root");
-    let dest = root.join("kept");
-    let first = agent(&hub, n, &root);
-    let reserved = hf_model(name, n, &format!("hf://{REPO}"), &dest, "")
-        .replace("metadata:\n", "metadata:\n  labels: {models.ome/reserve-model-artifact: \"True\"}\n");
-    apply(&reserved);
-    wait_until("label Ready", Duration::from_secs(60), || status(n, name) == "Ready");
-    assert_files_match(&hub, REPO, &dest);
+    let (hub, root, dest, first) = a_reserved_model_ready(n, name, "True");
     kubectl(&["delete", "clusterbasemodel", name]);
     wait_until("label removed", Duration::from_secs(30), || !labels(n).contains_key(&label_key(name)));
     wait_until("the directory given up", Duration::from_secs(30), || !dest.join(".model-agent-owner").exists());
     first.stop();
-    let ghost = root.join("ghost");
-    std::fs::create_dir_all(&ghost).unwrap();
-    std::fs::write(ghost.join(".model-agent-owner"), r#"{"uid":"uid-of-no-model","key":"ClusterBaseModel/ghost"}"#)
-        .unwrap();
+    let ghost = a_ghost_directory(&root);
     let agent = agent(&hub, n, &root);
     wait_until("the sweep trashed the ghost's directory", Duration::from_secs(60), || !ghost.exists());
     assert!(dest.join(BIG).is_file(), "the reserved model's weights were taken");
@@ -440,25 +453,13 @@ fn t35_a_reserved_model_s_weights_outlive_its_delete_and_the_sweep_after_a_resta
 fn t36_a_reserved_model_deleted_while_the_agent_is_down_keeps_its_weights() {
     super::setup();
     let (n, name) = ("e2e-reserve-down", "e2e-reserve-down-m");
-    node(n);
-    let hub = hub();
-    let root = scratch("e2e-reserve-down-root");
-    let dest = root.join("kept");
-    let first = agent(&hub, n, &root);
-    let reserved = hf_model(name, n, &format!("hf://{REPO}"), &dest, "")
-        .replace("metadata:\n", "metadata:\n  labels: {models.ome/reserve-model-artifact: \"true\"}\n");
-    apply(&reserved);
-    wait_until("label Ready", Duration::from_secs(60), || status(n, name) == "Ready");
-    assert_files_match(&hub, REPO, &dest);
+    let (hub, root, dest, first) = a_reserved_model_ready(n, name, "true");
     let marker: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dest.join(".model-agent-owner")).unwrap()).unwrap();
     assert_eq!(marker["reserved"], serde_json::json!([marker["uid"]]), "{marker}");
     first.stop();
     kubectl(&["delete", "clusterbasemodel", name, "--wait=true"]);
-    let ghost = root.join("ghost");
-    std::fs::create_dir_all(&ghost).unwrap();
-    std::fs::write(ghost.join(".model-agent-owner"), r#"{"uid":"uid-of-no-model","key":"ClusterBaseModel/ghost"}"#)
-        .unwrap();
+    let ghost = a_ghost_directory(&root);
     let agent = agent(&hub, n, &root);
     wait_until("the sweep trashed the ghost's directory", Duration::from_secs(60), || !ghost.exists());
     wait_until("the directory given up", Duration::from_secs(30), || !dest.join(".model-agent-owner").exists());
