@@ -308,6 +308,12 @@ fn dispatch(ctx: &Ctx, Effect { id, op }: Effect) {
                 fsops::disown_dir(root, &path, &uid, &keep)
             })
         }
+        Op::RecordReserve { uid, path, reserved, .. } => {
+            let what = format!("recording the reserve label of {uid:?} in {path}'s marker");
+            spawn_on_root(ctx, id, what, fsgate::TRASH_DEADLINE, move |root| {
+                fsops::record_reserve(root, &path, &uid, reserved)
+            })
+        }
         Op::PurgeTrash { name } => {
             let what = format!("purging trash entry {name}");
             spawn_on_root(ctx, id, what, fsgate::PURGE_DEADLINE, move |root| fsops::purge_trash(root, &name))

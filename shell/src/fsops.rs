@@ -191,6 +191,35 @@ pub fn write_marker(root: &Path, rel: &str, marker: &Marker) -> Result<(), Strin
     write_marker_in(&fd, rel, marker)
 }
 
+/// Every read-modify-write of a marker in this process holds this lock (downloads, disowns,
+/// reserve records run on different threads): none can write back a marker another changed
+/// since it read it.
+static MARKER_WRITES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+pub fn marker_lock() -> std::sync::MutexGuard<'static, ()> {
+    MARKER_WRITES.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// `Op::RecordReserve`: the marker of `rel` records whether `uid` carries the reserve label,
+/// the rest of it unchanged. No directory, no marker, or a marker that does not name `uid`:
+/// nothing to record. A symlink in the path is refused.
+pub fn record_reserve(root: &Path, rel: &str, uid: &Uid, reserved: bool) -> Result<(), String> {
+    let root_fd = open_root(root)?;
+    let dir = match open_beneath(&root_fd, rel) {
+        Ok(fd) => fd,
+        Err(e) if e.contains("ENOENT") => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let _lock = marker_lock();
+    let Some(marker) = read_marker_in(&dir, rel)?.filter(|m| m.names(uid.as_str())) else { return Ok(()) };
+    if marker.is_reserved(uid.as_str()) == reserved {
+        return Ok(());
+    }
+    let flag = |u: &str| if u == uid.as_str() { reserved } else { marker.is_reserved(u) };
+    let others: Vec<String> = marker.co_owners.clone();
+    write_marker_in(&dir, rel, &Marker::new(&marker.uid, &marker.key, &others).reserving(flag))
+}
+
 /// `uid` gives directory `rel` up (a reserved model's weights, kept after its delete): the
 /// marker keeps only the uids of `keep` it names (those that may be of live models), and is
 /// removed when it names none, so no sweep takes the directory for an orphan's (a uid left over
@@ -203,6 +232,7 @@ pub fn disown_dir(root: &Path, rel: &str, uid: &Uid, keep: &[Uid]) -> Result<(),
         Err(e) if e.contains("ENOENT") => return Ok(()),
         Err(e) => return Err(e),
     };
+    let _lock = marker_lock();
     let Some(marker) = read_marker_in(&dir, rel)?.filter(|m| m.names(uid.as_str())) else { return Ok(()) };
     let kept = |u: &&str| *u != uid.as_str() && keep.iter().any(|k| k.as_str() == *u);
     let rest: Vec<String> = marker.uids().filter(kept).map(str::to_string).collect();
@@ -544,6 +574,27 @@ mod tests {
         assert_eq!(text, r#"{"uid":"u2","key":"BaseModel/ns/m","co_owners":["u3"],"reserved":["u3"]}"#);
         let (owned, _) = scan(&root);
         assert_eq!(reserved(&owned), [("u2".into(), false), ("u3".into(), true)]);
+    }
+
+    /// A reserve record changes only this uid's flag in a marker that names it, and writes
+    /// nothing otherwise (no marker, no directory, another model's marker, the same record).
+    #[test]
+    fn recording_a_reserve_label_changes_only_that_uid_s_record() {
+        let root = tmp("record-reserve");
+        let m = Marker::new("u1", "BaseModel/ns/m", &["u2".into()]).reserving(|u| u == "u2");
+        write_marker(&root, "m", &m).unwrap();
+        record_reserve(&root, "m", &Uid::new("u1"), true).unwrap();
+        let text = fs::read_to_string(root.join("m").join(MARKER)).unwrap();
+        assert_eq!(text, r#"{"uid":"u1","key":"BaseModel/ns/m","co_owners":["u2"],"reserved":["u1","u2"]}"#);
+        record_reserve(&root, "m", &Uid::new("u2"), false).unwrap();
+        let text = fs::read_to_string(root.join("m").join(MARKER)).unwrap();
+        assert_eq!(text, r#"{"uid":"u1","key":"BaseModel/ns/m","co_owners":["u2"],"reserved":["u1"]}"#);
+        record_reserve(&root, "m", &Uid::new("u9"), true).unwrap();
+        record_reserve(&root, "gone", &Uid::new("u1"), true).unwrap();
+        fs::create_dir_all(root.join("unmarked")).unwrap();
+        record_reserve(&root, "unmarked", &Uid::new("u1"), true).unwrap();
+        assert!(!root.join("gone").exists() && !root.join("unmarked").join(MARKER).exists());
+        assert_eq!(fs::read_to_string(root.join("m").join(MARKER)).unwrap(), text);
     }
 
     #[test]

@@ -668,6 +668,9 @@ impl World {
                 self.exec_trash(node, id, key.is_none(), (uid, path, trash_name))
             }
             Op::DisownDir { uid, path, keep, .. } => Some(self.exec_disown(node, id, uid, path, keep)),
+            Op::RecordReserve { uid, path, reserved, .. } => {
+                Some(self.exec_record_reserve(node, id, uid, path, *reserved))
+            }
             Op::PurgeTrash { name } => {
                 self.nodes[node].trash.remove(name);
                 Some(done(id))
@@ -1142,6 +1145,29 @@ impl World {
                 n.dirs.remove(path);
             }
             n.prune_reserved_marks(path);
+        }
+        done(id)
+    }
+
+    /// As the shell's `fsops::record_reserve`: only a marker that names `uid` records it.
+    fn exec_record_reserve(
+        &mut self,
+        node: usize,
+        id: model_agent_core::machine::EffectId,
+        uid: &Uid,
+        path: &str,
+        reserved: bool,
+    ) -> Input {
+        let n = &mut self.nodes[node];
+        if !n.root_writable {
+            return Input::EffectDone { id, outcome: fail("read-only file system") };
+        }
+        if n.dirs.get(path).is_some_and(|m| m.contains(uid)) {
+            let mark = (path.to_string(), uid.clone());
+            match reserved {
+                true => _ = n.reserved_marks.insert(mark),
+                false => _ = n.reserved_marks.remove(&mark),
+            }
         }
         done(id)
     }

@@ -230,6 +230,18 @@ fn the_marker_records_the_reserve_label_and_the_sweep_may_not_trash_a_recorded_d
     download(&mut w, &x, &u, true);
     assert_eq!(reserve_records(&mut w), [(us.clone(), true), (xs.clone(), true)]);
     download(&mut w, &u, &x, false);
+    assert_eq!(reserve_records(&mut w), [(us.clone(), false), (xs.clone(), true)]);
+    // A record alone changes that uid's flag in a marker that names it, and nothing else.
+    let record = |w: &mut World, uid: &Uid, reserved: bool| {
+        let op = Op::RecordReserve { key: ModelKey::cluster("u"), uid: uid.clone(), path: "pair".into(), reserved };
+        assert!(!failed(&w.execute(0, &Effect { id: EffectId(8), op }).expect("a record answers")));
+    };
+    record(&mut w, &u, true);
+    record(&mut w, &x, false);
+    record(&mut w, &Uid::new("uid-of-no-model"), true);
+    assert_eq!(reserve_records(&mut w), [(us.clone(), true), (xs.clone(), false)]);
+    record(&mut w, &u, false);
+    record(&mut w, &x, true);
     assert_eq!(reserve_records(&mut w), [(us, false), (xs, true)]);
     let as_reserved = |w: &World| w.violations.iter().filter(|v| v.contains("as reserved")).count();
     assert_eq!(as_reserved(&w), 0);

@@ -447,6 +447,10 @@ pub enum Op {
     /// not name `uid`, or none, is `Done`. With no `key`: the orphan sweep's, for a directory
     /// whose marker records a reserved uid of no model (`OwnedDir::reserved`).
     DisownDir { key: Option<ModelKey>, uid: Uid, path: String, keep: Vec<Uid> },
+    /// Record in the marker of `path` (beneath the root) whether `uid` carries the reserve label
+    /// now (`OwnedDir::reserved`): the label changed since its download recorded it. A marker
+    /// that does not name `uid`, or none, is `Done` (nothing to record).
+    RecordReserve { key: ModelKey, uid: Uid, path: String, reserved: bool },
     /// Destructive. Delete one entry of the trash folder for good.
     PurgeTrash { name: String },
     /// Destructive. Remove a `models.ome.io/` label no model claims (confirmed by fresh LISTs).
@@ -503,6 +507,7 @@ impl Op {
             Op::CancelDownload { .. } => "cancel-download",
             Op::TrashDir { .. } => "trash-dir",
             Op::DisownDir { .. } => "disown-dir",
+            Op::RecordReserve { .. } => "record-reserve",
             Op::PurgeTrash { .. } => "purge-trash",
             Op::RemoveOrphanLabel { .. } => "remove-orphan-label",
             Op::RemoveOrphanEntry { .. } => "remove-orphan-entry",

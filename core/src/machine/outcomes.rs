@@ -95,9 +95,11 @@ impl State {
         st.dirty.push(key.clone());
         match (outcome, what) {
             (outcome, IncOp::Fetch { plan }) => {
+                let reserve = run.as_ref().is_some_and(|r| r.reserve);
                 let mut owners = run.map(|r| r.co_owners).unwrap_or_default();
                 // The run is dropped: the plan is this one's alone, and moves without a copy.
-                if let Some(dir) = fetch_done(inc, (config, prng), now, Arc::unwrap_or_clone(plan), outcome) {
+                let plan = Arc::unwrap_or_clone(plan);
+                if let Some(dir) = fetch_done(inc, (config, prng), now, (plan, reserve), outcome) {
                     owners.push(uid.clone());
                     shared::marked(dirs, &dir, &owners);
                 }
@@ -139,6 +141,11 @@ impl State {
                         inc.share_mut().disowned = true;
                     }
                     IncOp::FillSpec => inc.spec_filled = true,
+                    IncOp::RecordReserve { reserved } => {
+                        if let Fetched::Done(done) = &mut inc.fetched {
+                            done.reserve_recorded = reserved;
+                        }
+                    }
                     IncOp::Link { paths } => inc.share_mut().link = Some(Box::new((paths.link, paths.copy))),
                     IncOp::Unlink => inc.share_mut().link = None,
                     IncOp::Fetch { .. } => unreachable!("matched by the first arm"),
@@ -203,7 +210,7 @@ fn fetch_done(
     inc: &mut Incarnation,
     (config, prng): (&Config, &mut Prng),
     now: Instant,
-    plan: Plan,
+    (plan, reserve): (Plan, bool),
     outcome: Outcome,
 ) -> Option<String> {
     let dest = plan.fetch_into().map(|(_, dir)| dir.to_string());
@@ -229,7 +236,8 @@ fn fetch_done(
             inc.failures = 0;
             let commit = Some(commit).filter(|c| !c.is_empty()).map(|c| Arc::from(c.as_str()));
             let metadata = metadata.filter(|m| wire::model_config_fits(m)).map(|m| Arc::new(*m));
-            inc.fetched = Fetched::Done(Box::new(FetchDone { plan, commit, metadata, bytes }));
+            let reserve_recorded = reserve && marked;
+            inc.fetched = Fetched::Done(Box::new(FetchDone { plan, commit, metadata, bytes, reserve_recorded }));
         }
         DownloadResult::Failed { reason, retry_after_ms } => {
             let delay = inc.failed_once(config, prng).max(retry_after_ms.unwrap_or(0));

@@ -97,6 +97,10 @@ pub struct FetchDone {
     /// The bytes of every file (0 for a check).
     #[serde(default)]
     pub bytes: u64,
+    /// The reserve label the directory's marker records for this uid, as far as this process
+    /// knows: the download's (`Op::Download::reserve`), then each `Op::RecordReserve` that landed.
+    #[serde(default)]
+    pub reserve_recorded: bool,
 }
 
 /// A fetch that failed: tried again at `retry_at`, or when the plan changes.
@@ -181,6 +185,8 @@ pub struct DownloadRun {
     pub cancel_sent: bool,
     /// The other uids the download writes into the marker.
     pub co_owners: Vec<Uid>,
+    /// The reserve label it records in the marker for this uid (`Op::Download::reserve`).
+    pub reserve: bool,
 }
 
 /// One object incarnation (one uid) and its progress on this node.

@@ -608,15 +608,18 @@ fn emit_actions(emitter: &mut Emitter, key: &ModelKey, slot: &mut Slot, actions:
             emitter.notes.push(note);
         }
         let run = match (&op, &what) {
-            (Op::Download { co_owners, .. }, IncOp::Fetch { plan }) => Some((plan.clone(), co_owners.clone())),
+            (Op::Download { co_owners, reserve, .. }, IncOp::Fetch { plan }) => {
+                Some((plan.clone(), co_owners.clone(), *reserve))
+            }
             _ => None,
         };
         let owner = Owner::Inc { key: key.clone(), uid: uid.clone(), what };
         let id = emitter.emit(op, Some(owner));
         if let Some(inc) = slot.find_mut(&uid) {
             inc.inflight = Some(id).into();
-            inc.download =
-                run.map(|(plan, co_owners)| Box::new(DownloadRun { id, plan, cancel_sent: false, co_owners }));
+            inc.download = run.map(|(plan, co_owners, reserve)| {
+                Box::new(DownloadRun { id, plan, cancel_sent: false, co_owners, reserve })
+            });
         }
     }
 }

@@ -284,6 +284,9 @@ pub enum IncOp {
     },
     Disown,
     FillSpec,
+    RecordReserve {
+        reserved: bool,
+    },
     /// Boxed, as it is rare: every effect in flight is kept with its `IncOp`.
     Link {
         paths: Box<LinkPaths>,
@@ -308,6 +311,7 @@ pub fn next_op(key: &ModelKey, inc: &Incarnation, want: &Want, ctx: &Context, no
         Want::Fetch(plan) => unlink_op(key, inc, Some(plan)).or_else(|| match &inc.fetched {
             Fetched::Done(done) if done.plan == *plan => link_op(key, inc, plan)
                 .or_else(|| publish_op(key, inc, ModelStatus::Ready, None, ctx))
+                .or_else(|| record_reserve_op(key, inc, done, ctx))
                 .or_else(|| fill_spec_op(key, inc, ctx)),
             Fetched::Failed(failed) if failed.plan == *plan => {
                 publish_op(key, inc, ModelStatus::Failed, Some(&failed.reason), ctx)
@@ -388,6 +392,24 @@ fn skips_updating(key: &ModelKey, inc: &Incarnation, plan: &Plan, ctx: &Context)
         && matches!(inc.published, Published::Nothing | Published::Unknown)
         && label == Some(None);
     already_ready || first_check
+}
+
+/// A model whose reserve label changed since the marker of the directory it downloaded into
+/// recorded it: the marker records it again, so that a sweep after a delete no agent sees gives
+/// the weights up or trashes them as the label says (`OwnedDir::reserved`). Not for a shared
+/// copy (its users keep it), nor while another member's download writes the marker or the
+/// directory is being trashed, nor on a root known to be read-only.
+fn record_reserve_op(key: &ModelKey, inc: &Incarnation, done: &FetchDone, ctx: &Context) -> Option<(Op, IncOp)> {
+    let (_, dir) = done.plan.fetch_into()?;
+    let reserved = inc.is_reserved();
+    let read_only = ctx.root.is_some_and(|r| r.answered && !r.writable);
+    let writing = ctx.dir.as_ref().is_some_and(|d| d.busy || d.trashing);
+    let owned = inc.owned_dir() == Some(dir) && !shared::in_artifacts(dir);
+    if done.reserve_recorded == reserved || !owned || read_only || writing {
+        return None;
+    }
+    let op = Op::RecordReserve { key: key.clone(), uid: inc.uid().clone(), path: dir.to_string(), reserved };
+    Some((op, IncOp::RecordReserve { reserved }))
 }
 
 /// Once Ready with metadata, and only with `--update-model-spec`: fill the spec's empty fields.

@@ -138,6 +138,7 @@ impl H {
                     | Op::Download { .. }
                     | Op::TrashDir { .. }
                     | Op::DisownDir { .. }
+                    | Op::RecordReserve { .. }
                     | Op::PurgeTrash { .. }
                     | Op::RemoveOrphanLabel { .. }
                     | Op::RemoveOrphanEntry { .. } => Input::EffectDone { id: e.id, outcome: Outcome::Done },
@@ -739,6 +740,38 @@ fn a_download_carries_the_reserve_label_of_its_model() {
             .collect();
         assert_eq!(downloads, [reserve], "{all:?}");
     }
+}
+
+fn records(effects: &[Effect]) -> Vec<(String, bool)> {
+    let record = |e: &Effect| match &e.op {
+        Op::RecordReserve { path, reserved, .. } => Some((path.clone(), *reserved)),
+        _ => None,
+    };
+    effects.iter().filter_map(record).collect()
+}
+
+/// The reserve label added to a model Ready here, or removed, goes into its directory's marker
+/// (`Op::RecordReserve`) once, and not again once recorded; a model downloaded with the label has
+/// it recorded by the download itself.
+#[test]
+fn a_reserve_label_changed_after_the_download_is_recorded_in_the_marker() {
+    let mut h = H::new();
+    let e = h.start(true, vec![hf("m", "u1")]);
+    let all = h.settle(e);
+    assert!(records(&all).is_empty(), "{all:?}");
+    let e = h.apply(reserved_hf("m", "u1"));
+    let all = h.settle(e);
+    assert_eq!(records(&all), [("m".to_string(), true)], "{all:?}");
+    let churn = |e: &Effect| matches!(e.op, Op::Download { .. } | Op::Publish { .. } | Op::Unpublish { .. });
+    assert!(!all.iter().any(churn), "nothing else changes: {all:?}");
+    let e = h.advance(600_000);
+    assert!(records(&h.settle(e)).is_empty(), "recorded: not again");
+    let e = h.apply(hf("m", "u1"));
+    assert_eq!(records(&h.settle(e)), [("m".to_string(), false)]);
+    let mut h = H::new();
+    let e = h.start(true, vec![reserved_hf("m", "u1")]);
+    let all = h.settle(e);
+    assert!(records(&all).is_empty(), "the download recorded it: {all:?}");
 }
 
 #[test]

@@ -98,6 +98,7 @@ fn set_complete(tally: &TallySlot, done: &Finished) {
 /// error. A marker naming some of the owners is rewritten to name exactly them (the models sharing
 /// the directory now), or with `keep_marked` them and every uid it named.
 fn owned_manifest(dest: &Dest, job: &Job) -> Result<Option<Option<Manifest>>, DownloadError> {
+    let _lock = crate::fsops::marker_lock();
     let Some(marker) = dest.read_marker()? else { return Ok(None) };
     if !marker.names(&job.uid) && !job.co_owners.iter().any(|u| marker.names(u)) {
         return Err(DownloadError::OwnedByOther { uid: marker.uid, path: dest.rel.clone() });
@@ -299,8 +300,12 @@ async fn prepare(
     let mut todo: Vec<RemoteFile> =
         files.iter().zip(in_place).filter(|(_, kept)| !kept).map(|(file, _)| file.clone()).collect();
     check_space(dest, &todo)?;
-    if dest.read_marker()?.is_none() {
-        dest.write_marker(&Marker::new(&job.uid, &job.key, &job.co_owners).reserving(|u| u == job.uid && job.reserve))?;
+    {
+        let _lock = crate::fsops::marker_lock();
+        if dest.read_marker()?.is_none() {
+            let marker = Marker::new(&job.uid, &job.key, &job.co_owners).reserving(|u| u == job.uid && job.reserve);
+            dest.write_marker(&marker)?;
+        }
     }
     if !todo.is_empty() {
         // An older commit's manifest must not vouch for a directory that is changing (mixed revisions).

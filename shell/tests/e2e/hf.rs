@@ -467,3 +467,34 @@ fn t36_a_reserved_model_deleted_while_the_agent_is_down_keeps_its_weights() {
     assert_eq!(trash_entries(&root), 1, "only the ghost's directory is in the trash");
     agent.stop();
 }
+
+/// The reserve label added to a model already Ready goes into its marker while the agent runs
+/// (`Op::RecordReserve`), with no download and no change of its label; deleted while the agent
+/// is down, the model then keeps its weights as in t36.
+#[test]
+#[ignore = "needs a real kube-apiserver: run by scripts/e2e"]
+fn t37_a_reserve_label_added_later_is_recorded_and_keeps_the_weights_after_a_delete_while_down() {
+    super::setup();
+    let (n, name) = ("e2e-reserve-later", "e2e-reserve-later-m");
+    let (hub, root, dest, first) = a_reserved_model_ready(n, name, "false");
+    let marker = || -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(dest.join(".model-agent-owner")).unwrap()).unwrap()
+    };
+    assert!(marker().get("reserved").is_none(), "{}", marker());
+    let served = hub.bytes_served(REPO, BIG);
+    kubectl(&["label", "clusterbasemodel", name, "models.ome/reserve-model-artifact=true", "--overwrite"]);
+    wait_until("the label recorded", Duration::from_secs(30), || {
+        marker()["reserved"] == serde_json::json!([marker()["uid"]])
+    });
+    assert_eq!(status(n, name), "Ready");
+    assert_eq!(hub.bytes_served(REPO, BIG), served, "nothing downloaded again");
+    first.stop();
+    kubectl(&["delete", "clusterbasemodel", name, "--wait=true"]);
+    let ghost = a_ghost_directory(&root);
+    let agent = agent(&hub, n, &root);
+    wait_until("the sweep trashed the ghost's directory", Duration::from_secs(60), || !ghost.exists());
+    wait_until("the directory given up", Duration::from_secs(30), || !dest.join(".model-agent-owner").exists());
+    assert_repo_files(&hub, REPO, &dest);
+    assert_eq!(trash_entries(&root), 1, "only the ghost's directory is in the trash");
+    agent.stop();
+}
