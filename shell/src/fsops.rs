@@ -246,7 +246,9 @@ pub fn disown_dir(root: &Path, rel: &str, uid: &Uid, keep: &[Uid]) -> Result<(),
     }
 }
 
-/// Replace the marker of an opened directory at once (a temporary file renamed over it).
+/// Replace the marker of an opened directory at once (a temporary file, synced, renamed over
+/// it; the directory synced after): a power loss leaves the old marker or the new one, never an
+/// empty one.
 fn write_marker_in(fd: &OwnedFd, rel: &str, marker: &Marker) -> Result<(), String> {
     let tmp = format!("{MARKER}.tmp");
     let file = openat(
@@ -257,8 +259,11 @@ fn write_marker_in(fd: &OwnedFd, rel: &str, marker: &Marker) -> Result<(), Strin
     )
     .map_err(|e| format!("{rel}/{tmp}: {e}"))?;
     let text = serde_json::to_string(marker).expect("marker serialises");
-    std::io::Write::write_all(&mut fs::File::from(file), text.as_bytes()).map_err(|e| e.to_string())?;
-    renameat(fd.as_fd(), tmp.as_str(), fd.as_fd(), MARKER).map_err(|e| format!("{rel}/{MARKER}: {e}"))
+    let mut file = fs::File::from(file);
+    std::io::Write::write_all(&mut file, text.as_bytes()).map_err(|e| format!("{rel}/{tmp}: {e}"))?;
+    file.sync_all().map_err(|e| format!("{rel}/{tmp}: {e}"))?;
+    renameat(fd.as_fd(), tmp.as_str(), fd.as_fd(), MARKER).map_err(|e| format!("{rel}/{MARKER}: {e}"))?;
+    nix::unistd::fsync(fd.as_fd()).map_err(|e| format!("{rel}: {e}"))
 }
 
 /// Move directory `rel` (beneath the root) to the trash as `trash_name`, only if it is a real

@@ -59,6 +59,9 @@ impl State {
             owned_by_uid.entry(&d.uid).or_default().push(&d.path);
         }
         let marked_paths: FxHashSet<&str> = snap.owned_dirs.iter().map(|d| d.path.as_str()).collect();
+        // Nearly always empty: the markers' reserve records.
+        let reserved: FxHashSet<(&Uid, &str)> =
+            snap.owned_dirs.iter().filter(|d| d.reserved).map(|d| (&d.uid, d.path.as_str())).collect();
         let mut claimed = Claimed::new(self.slots.len(), snap);
         // Looked up by hash: a sorted map's search compares keys that share a long prefix
         // about ten times per lookup. Each with its place in the snapshot's order.
@@ -106,7 +109,8 @@ impl State {
                     continue;
                 }
                 let label_is_its = i == 0 || !has_current;
-                if observe_incarnation(inc, &seen, label_is_its, &dirs) {
+                let record_known = knows_reserve_record(inc, &dirs, &reserved);
+                if observe_incarnation(inc, &seen, label_is_its, &dirs) || !record_known {
                     st.dirty.push(key.clone());
                 }
             }
@@ -347,6 +351,22 @@ impl State {
                 i.may_stay() && placed(&i.obj) && shared::may_use_copy(&i.obj, known_commit(&i.obj).as_deref(), rel)
             })
     }
+}
+
+/// What the process believes the marker of the directory an incarnation downloaded into records
+/// of its reserve label, set to what the snapshot shows where the marker names it (a record that
+/// failed, or one a download could not write, is then sent again). False when it changed.
+fn knows_reserve_record(inc: &mut Incarnation, dirs: &DirsSeen, reserved: &FxHashSet<(&Uid, &str)>) -> bool {
+    let uid = inc.uid().clone();
+    let Fetched::Done(done) = &mut inc.fetched else { return true };
+    let Some((_, dir)) = done.plan.fetch_into() else { return true };
+    if !dirs.named.contains(&dir) {
+        return true;
+    }
+    let recorded = reserved.contains(&(&uid, dir));
+    let known = done.reserve_recorded == recorded;
+    done.reserve_recorded = recorded;
+    known
 }
 
 /// Directories whose marker names no known uid (any copy) and that no known model uses, grouped

@@ -114,6 +114,16 @@ impl State {
                 inc.spec_filled = true;
                 stats.effects_failed += 1;
             }
+            // Holds back nothing else either (a model's own effects would wait on its backoff):
+            // taken as recorded, until a snapshot shows the marker's record otherwise, which sends
+            // it again (`drift::observe_snapshot`), once a drift period.
+            (Outcome::Failed(reason) | Outcome::Occupied(reason), IncOp::RecordReserve { reserved }) => {
+                if let Fetched::Done(done) = &mut inc.fetched {
+                    done.reserve_recorded = reserved;
+                }
+                stats.effects_failed += 1;
+                st.notes.push(Note::EffectFailed { id, reason, retry_in_ms: config.drift_period_ms });
+            }
             (Outcome::Failed(reason) | Outcome::Occupied(reason), what) => {
                 inc.effect_failed(&what);
                 let delay = inc.failed_once(config, prng);

@@ -774,6 +774,59 @@ fn a_reserve_label_changed_after_the_download_is_recorded_in_the_marker() {
     assert!(records(&all).is_empty(), "the download recorded it: {all:?}");
 }
 
+/// A record that fails holds back nothing of the model's (a label change after it is recorded at
+/// once, with no backoff), and is taken as written until a snapshot shows the marker's record
+/// otherwise, which sends it again.
+#[test]
+fn a_failed_reserve_record_holds_nothing_back_and_a_snapshot_sends_it_again() {
+    let mut h = H::new();
+    let e = h.start(true, vec![hf("m", "u1")]);
+    h.settle(e);
+    let e = h.apply(reserved_hf("m", "u1"));
+    let record = e.iter().find(|e| matches!(e.op, Op::RecordReserve { .. })).expect("a record").id;
+    let e = h.input(Input::EffectDone { id: record, outcome: Outcome::Failed("EIO".into()) });
+    assert!(records(&e).is_empty(), "taken as written: {e:?}");
+    let e = h.apply(hf("m", "u1"));
+    let record = e.iter().find(|e| matches!(e.op, Op::RecordReserve { reserved: false, .. }));
+    let record = record.expect("at once, no backoff").id;
+    let e = h.input(Input::EffectDone { id: record, outcome: Outcome::Failed("EIO".into()) });
+    h.settle(e);
+    // The label is back: recorded again (this one lands).
+    let e = h.apply(reserved_hf("m", "u1"));
+    let all = h.settle(e);
+    assert_eq!(records(&all), [("m".to_string(), true)]);
+    let e = h.advance(300_000);
+    let sid = snapshot_request(&e);
+    let marked = |reserved| DriftSnapshot {
+        owned_dirs: vec![OwnedDir { path: "m".into(), uid: Uid::new("u1"), reserved }],
+        ..DriftSnapshot::default()
+    };
+    let e = h.input(Input::DriftObserved { id: sid, snapshot: marked(false) });
+    assert_eq!(records(&h.settle(e)), [("m".to_string(), true)], "the snapshot showed it unrecorded");
+}
+
+/// A record waits while another member's download writes the directory's marker (their writes
+/// would race), and goes once that download has landed.
+#[test]
+fn a_reserve_record_waits_for_another_member_s_download_into_the_directory() {
+    let mut h = H::new();
+    let at = Some("/mnt/models/shared");
+    let p = obj(&ModelKey::cluster("prefill"), "p1", "hf://org/repo", at);
+    let d = obj(&ModelKey::cluster("decode"), "d1", "hf://org/repo", at);
+    let e = h.start(true, vec![p.clone(), d]);
+    h.settle(e);
+    let e = h.apply(obj(&ModelKey::cluster("third"), "c1", "hf://org/repo", at));
+    let held = h.settle_except(e, |op| matches!(op, Op::Download { .. }));
+    let download = held.iter().find(|e| matches!(e.op, Op::Download { .. })).expect("c1 downloads").id;
+    let mut reserved = p;
+    Arc::make_mut(reserved.spec.as_mut().unwrap()).reserve_artifact = true;
+    let e = h.apply(reserved);
+    let all = h.settle_except(e, |op| matches!(op, Op::Download { .. }));
+    assert!(records(&all).is_empty(), "not while c1 writes the marker: {all:?}");
+    let e = h.input(Input::EffectDone { id: download, outcome: Outcome::Done });
+    assert_eq!(records(&h.settle(e)), [("shared".to_string(), true)]);
+}
+
 #[test]
 fn reserved_artifacts_are_never_trashed() {
     let mut h = H::new();
