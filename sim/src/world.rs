@@ -1673,7 +1673,33 @@ impl World {
         }
         let placed: Vec<&Expect> = placed.iter().map(|&i| &expects[i]).collect();
         self.node_links(node, &placed, problems);
+        self.node_reserve_records(node, owners.iter().map(|&i| &expects[i]), problems);
         self.node_leftovers(node, problems);
+    }
+
+    /// Every model Ready here whose own directory's marker names it has its reserve label
+    /// recorded there as it carries it now: a delete while no agent runs keeps or takes the
+    /// weights as the label says (`Op::RecordReserve`, `OwnedDir::reserved`).
+    fn node_reserve_records<'e>(
+        &self,
+        node: usize,
+        owners: impl Iterator<Item = &'e Expect>,
+        problems: &mut Vec<(usize, Option<ModelKey>, String)>,
+    ) {
+        let n = &self.nodes[node];
+        for e in owners.filter(|e| e.downloads && !e.reuses) {
+            let Some(dir) = e.dir.as_ref().filter(|d| !is_copy(d)) else { continue };
+            let ready = self.api.labels[node].get(e.label_key.as_str()).is_some_and(|v| &**v == "Ready");
+            if !ready || !n.dirs.get(dir).is_some_and(|m| m.contains(&e.uid)) {
+                continue;
+            }
+            let recorded = n.reserved_marks.contains(&(dir.clone(), e.uid.clone()));
+            if recorded != e.spec.reserve_artifact {
+                let label = e.spec.reserve_artifact;
+                let text = format!("the marker at {dir} records {}'s reserve label as {recorded}, not {label}", e.uid);
+                problems.push((node, Some(e.key.clone()), text));
+            }
+        }
     }
 
     /// Every symlink this process knows of is the path of a live model placed here that uses
