@@ -204,6 +204,24 @@ pub fn marker_lock() -> std::sync::MutexGuard<'static, ()> {
 /// the rest of it unchanged. No directory, no marker, or a marker that does not name `uid`:
 /// nothing to record. A symlink in the path is refused.
 pub fn record_reserve(root: &Path, rel: &str, uid: &Uid, reserved: bool) -> Result<(), String> {
+    rewrite_marker_naming(root, rel, uid, |dir, marker| {
+        if marker.is_reserved(uid.as_str()) == reserved {
+            return Ok(());
+        }
+        let flag = |u: &str| if u == uid.as_str() { reserved } else { marker.is_reserved(u) };
+        write_marker_in(dir, rel, &Marker::new(&marker.uid, &marker.key, &marker.co_owners).reserving(flag))
+    })
+}
+
+/// `rewrite(dir, marker)` under the marker lock, for the marker of `rel` when it names `uid`;
+/// no directory, no marker, or one that does not name `uid`: nothing to do. A symlink in the
+/// path is refused.
+fn rewrite_marker_naming(
+    root: &Path,
+    rel: &str,
+    uid: &Uid,
+    rewrite: impl FnOnce(&OwnedFd, Marker) -> Result<(), String>,
+) -> Result<(), String> {
     let root_fd = open_root(root)?;
     let dir = match open_beneath(&root_fd, rel) {
         Ok(fd) => fd,
@@ -211,13 +229,10 @@ pub fn record_reserve(root: &Path, rel: &str, uid: &Uid, reserved: bool) -> Resu
         Err(e) => return Err(e),
     };
     let _lock = marker_lock();
-    let Some(marker) = read_marker_in(&dir, rel)?.filter(|m| m.names(uid.as_str())) else { return Ok(()) };
-    if marker.is_reserved(uid.as_str()) == reserved {
-        return Ok(());
+    match read_marker_in(&dir, rel)?.filter(|m| m.names(uid.as_str())) {
+        Some(marker) => rewrite(&dir, marker),
+        None => Ok(()),
     }
-    let flag = |u: &str| if u == uid.as_str() { reserved } else { marker.is_reserved(u) };
-    let others: Vec<String> = marker.co_owners.clone();
-    write_marker_in(&dir, rel, &Marker::new(&marker.uid, &marker.key, &others).reserving(flag))
 }
 
 /// `uid` gives directory `rel` up (a reserved model's weights, kept after its delete): the
@@ -226,24 +241,20 @@ pub fn record_reserve(root: &Path, rel: &str, uid: &Uid, reserved: bool) -> Resu
 /// of a model gone would make it one). The files are never touched. No directory, no marker, or
 /// a marker that does not name `uid`: nothing to do. A symlink in the path is refused.
 pub fn disown_dir(root: &Path, rel: &str, uid: &Uid, keep: &[Uid]) -> Result<(), String> {
-    let root_fd = open_root(root)?;
-    let dir = match open_beneath(&root_fd, rel) {
-        Ok(fd) => fd,
-        Err(e) if e.contains("ENOENT") => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    let _lock = marker_lock();
-    let Some(marker) = read_marker_in(&dir, rel)?.filter(|m| m.names(uid.as_str())) else { return Ok(()) };
-    let kept = |u: &&str| *u != uid.as_str() && keep.iter().any(|k| k.as_str() == *u);
-    let rest: Vec<String> = marker.uids().filter(kept).map(str::to_string).collect();
-    match rest.split_first() {
-        None => unlinkat(dir.as_fd(), MARKER, UnlinkatFlags::NoRemoveDir).map_err(|e| format!("{rel}/{MARKER}: {e}")),
-        // The key names the model that first wrote the marker; it only ever appears in messages.
-        Some((first, others)) => {
-            let rest = Marker::new(first, &marker.key, others).reserving(|u| marker.is_reserved(u));
-            write_marker_in(&dir, rel, &rest)
+    rewrite_marker_naming(root, rel, uid, |dir, marker| {
+        let kept = |u: &&str| *u != uid.as_str() && keep.iter().any(|k| k.as_str() == *u);
+        let rest: Vec<String> = marker.uids().filter(kept).map(str::to_string).collect();
+        match rest.split_first() {
+            None => {
+                unlinkat(dir.as_fd(), MARKER, UnlinkatFlags::NoRemoveDir).map_err(|e| format!("{rel}/{MARKER}: {e}"))
+            }
+            // The key names the model that first wrote the marker; it only appears in messages.
+            Some((first, others)) => {
+                let rest = Marker::new(first, &marker.key, others).reserving(|u| marker.is_reserved(u));
+                write_marker_in(dir, rel, &rest)
+            }
         }
-    }
+    })
 }
 
 /// Replace the marker of an opened directory at once (a temporary file, synced, renamed over

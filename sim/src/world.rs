@@ -1687,13 +1687,15 @@ impl World {
         problems: &mut Vec<(usize, Option<ModelKey>, String)>,
     ) {
         let n = &self.nodes[node];
-        for e in owners.filter(|e| e.downloads && !e.reuses) {
+        // Where no marker records anything, only a reserved model can be wrong.
+        let recording = !n.reserved_marks.is_empty();
+        for e in owners.filter(|e| e.downloads && !e.reuses && (recording || e.spec.reserve_artifact)) {
             let Some(dir) = e.dir.as_ref().filter(|d| !is_copy(d)) else { continue };
             let ready = self.api.labels[node].get(e.label_key.as_str()).is_some_and(|v| &**v == "Ready");
             if !ready || !n.dirs.get(dir).is_some_and(|m| m.contains(&e.uid)) {
                 continue;
             }
-            let recorded = n.reserved_marks.contains(&(dir.clone(), e.uid.clone()));
+            let recorded = recording && n.reserved_marks.contains(&(dir.clone(), e.uid.clone()));
             if recorded != e.spec.reserve_artifact {
                 let label = e.spec.reserve_artifact;
                 let text = format!("the marker at {dir} records {}'s reserve label as {recorded}, not {label}", e.uid);

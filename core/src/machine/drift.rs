@@ -357,16 +357,17 @@ impl State {
 /// of its reserve label, set to what the snapshot shows where the marker names it (a record that
 /// failed, or one a download could not write, is then sent again). False when it changed.
 fn knows_reserve_record(inc: &mut Incarnation, dirs: &DirsSeen, reserved: &FxHashSet<(&Uid, &str)>) -> bool {
-    let uid = inc.uid().clone();
-    let Fetched::Done(done) = &mut inc.fetched else { return true };
-    let Some((_, dir)) = done.plan.fetch_into() else { return true };
-    if !dirs.named.contains(&dir) {
+    let Fetched::Done(done) = &inc.fetched else { return true };
+    let Some((_, dir)) = done.plan.fetch_into().filter(|(_, dir)| dirs.named.contains(dir)) else { return true };
+    // Nearly always no marker records anything: no lookup then.
+    let recorded = !reserved.is_empty() && reserved.contains(&(inc.uid(), dir));
+    if done.reserve_recorded == recorded {
         return true;
     }
-    let recorded = reserved.contains(&(&uid, dir));
-    let known = done.reserve_recorded == recorded;
-    done.reserve_recorded = recorded;
-    known
+    if let Fetched::Done(done) = &mut inc.fetched {
+        done.reserve_recorded = recorded;
+    }
+    false
 }
 
 /// Directories whose marker names no known uid (any copy) and that no known model uses, grouped

@@ -400,12 +400,16 @@ fn skips_updating(key: &ModelKey, inc: &Incarnation, plan: &Plan, ctx: &Context)
 /// copy (its users keep it), nor while another member's download writes the marker or the
 /// directory is being trashed, nor on a root known to be read-only.
 fn record_reserve_op(key: &ModelKey, inc: &Incarnation, done: &FetchDone, ctx: &Context) -> Option<(Op, IncOp)> {
-    let (_, dir) = done.plan.fetch_into()?;
+    // Asked of every Ready model each time it settles: the common answer first.
     let reserved = inc.is_reserved();
+    if done.reserve_recorded == reserved {
+        return None;
+    }
+    let (_, dir) = done.plan.fetch_into()?;
     let read_only = ctx.root.is_some_and(|r| r.answered && !r.writable);
     let writing = ctx.dir.as_ref().is_some_and(|d| d.busy || d.trashing);
     let owned = inc.owned_dir() == Some(dir) && !shared::in_artifacts(dir);
-    if done.reserve_recorded == reserved || !owned || read_only || writing {
+    if !owned || read_only || writing {
         return None;
     }
     let op = Op::RecordReserve { key: key.clone(), uid: inc.uid().clone(), path: dir.to_string(), reserved };
