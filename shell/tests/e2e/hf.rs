@@ -457,14 +457,25 @@ fn t36_a_reserved_model_deleted_while_the_agent_is_down_keeps_its_weights() {
     let marker: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dest.join(".model-agent-owner")).unwrap()).unwrap();
     assert_eq!(marker["reserved"], serde_json::json!([marker["uid"]]), "{marker}");
+    deleted_while_down_keeps_its_weights((n, name), &hub, (&root, &dest), first);
+}
+
+/// The agent stops, the model is deleted, the next agent's sweep trashes a ghost's directory and
+/// gives the model's up (the marker goes) with every file of the repo in place.
+fn deleted_while_down_keeps_its_weights(
+    (n, name): (&str, &str),
+    hub: &FakeHub,
+    (root, dest): (&Path, &Path),
+    first: Agent,
+) {
     first.stop();
     kubectl(&["delete", "clusterbasemodel", name, "--wait=true"]);
-    let ghost = a_ghost_directory(&root);
-    let agent = agent(&hub, n, &root);
+    let ghost = a_ghost_directory(root);
+    let agent = agent(hub, n, root);
     wait_until("the sweep trashed the ghost's directory", Duration::from_secs(60), || !ghost.exists());
     wait_until("the directory given up", Duration::from_secs(30), || !dest.join(".model-agent-owner").exists());
-    assert_repo_files(&hub, REPO, &dest);
-    assert_eq!(trash_entries(&root), 1, "only the ghost's directory is in the trash");
+    assert_repo_files(hub, REPO, dest);
+    assert_eq!(trash_entries(root), 1, "only the ghost's directory is in the trash");
     agent.stop();
 }
 
@@ -488,13 +499,5 @@ fn t37_a_reserve_label_added_later_is_recorded_and_keeps_the_weights_after_a_del
     });
     assert_eq!(status(n, name), "Ready");
     assert_eq!(hub.bytes_served(REPO, BIG), served, "nothing downloaded again");
-    first.stop();
-    kubectl(&["delete", "clusterbasemodel", name, "--wait=true"]);
-    let ghost = a_ghost_directory(&root);
-    let agent = agent(&hub, n, &root);
-    wait_until("the sweep trashed the ghost's directory", Duration::from_secs(60), || !ghost.exists());
-    wait_until("the directory given up", Duration::from_secs(30), || !dest.join(".model-agent-owner").exists());
-    assert_repo_files(&hub, REPO, &dest);
-    assert_eq!(trash_entries(&root), 1, "only the ghost's directory is in the trash");
-    agent.stop();
+    deleted_while_down_keeps_its_weights((n, name), &hub, (&root, &dest), first);
 }
