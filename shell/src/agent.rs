@@ -368,12 +368,16 @@ async fn snapshot(c: &Ctx) -> Result<model_agent_core::machine::DriftSnapshot, S
     };
     let root = c.root.clone();
     let scanned = c.fs.call("scanning the models root", fsgate::TRASH_DEADLINE, move || fsops::scan(&root)).await;
-    let (owned, trash) = match scanned {
+    let (owned, trash, unread) = match scanned {
         Ok(found) => found,
         Err(e) => return Err(format!("drift snapshot: {e}")),
     };
+    if !unread.is_empty() {
+        tracing::warn!(unread = ?unread, "the drift scan could not read these directories beneath the models root: what they hold is taken as unknown, not gone");
+    }
     snapshot.owned_dirs = owned;
     snapshot.trash = trash;
+    snapshot.unread = unread;
     Ok(snapshot)
 }
 

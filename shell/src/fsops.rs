@@ -431,29 +431,44 @@ fn identity(st: FileStat) -> (u64, u64) {
 /// Trash entries read at most per snapshot.
 pub const TRASH_ENTRIES_MAX: usize = 10_000;
 
-/// Directories carrying a marker beneath the root (bounded depth and count), and trash entries.
-/// Every directory is opened from the root's fd one component at a time with `O_NOFOLLOW`.
-pub fn scan(root: &Path) -> (Vec<OwnedDir>, Vec<String>) {
-    let Ok(root_fd) = open_root(root) else { return (Vec::new(), Vec::new()) };
-    let mut owned = Vec::new();
+/// Directories carrying a marker beneath the root (bounded depth and count), trash entries, and
+/// the directories the walk could not read (`DriftSnapshot::unread`: `""` for the root itself or
+/// a walk stopped at its limit), where a marker may have been missed. Every directory is opened
+/// from the root's fd one component at a time with `O_NOFOLLOW`.
+pub fn scan(root: &Path) -> (Vec<OwnedDir>, Vec<String>, Vec<String>) {
+    let Ok(root_fd) = open_root(root) else { return (Vec::new(), Vec::new(), vec![String::new()]) };
+    let (mut owned, mut unread) = (Vec::new(), Vec::new());
     let mut stack: Vec<(String, usize)> = vec![(String::new(), 0)];
     let mut visited = 0;
     while let Some((rel, depth)) = stack.pop() {
         visited += 1;
-        if visited > SCAN_DIRS_MAX {
+        if visited > SCAN_DIRS_MAX || unread.len() >= SCAN_UNREAD_MAX {
+            unread = vec![String::new()];
             break;
         }
-        let Ok(dir) = open_beneath(&root_fd, &rel) else { continue };
-        let Ok(entries) = list_entries(&dir, SCAN_ENTRIES_PER_DIR_MAX) else { continue };
+        let entries = open_beneath(&root_fd, &rel)
+            .ok()
+            .and_then(|dir| Some((list_entries(&dir, SCAN_ENTRIES_PER_DIR_MAX).ok()?, dir)));
+        let Some((entries, dir)) = entries else {
+            unread.push(rel);
+            continue;
+        };
         for (name, kind) in entries {
             if depth == 0 && name == TRASH {
                 continue;
             }
             if name == MARKER {
-                if let Ok(Some(m)) = read_marker_in(&dir, &rel) {
-                    let dir =
-                        |uid: &str| OwnedDir { path: rel.clone(), uid: Uid::new(uid), reserved: m.is_reserved(uid) };
-                    owned.extend(m.uids().map(dir));
+                match read_marker_in(&dir, &rel) {
+                    Ok(Some(m)) => {
+                        let dir = |uid: &str| OwnedDir {
+                            path: rel.clone(),
+                            uid: Uid::new(uid),
+                            reserved: m.is_reserved(uid),
+                        };
+                        owned.extend(m.uids().map(dir));
+                    }
+                    Ok(None) => {}
+                    Err(_) => unread.push(rel.clone()),
                 }
             } else if depth < SCAN_DEPTH_MAX && is_dir_entry(&dir, &name, kind) {
                 let child = if rel.is_empty() { name } else { format!("{rel}/{name}") };
@@ -462,12 +477,17 @@ pub fn scan(root: &Path) -> (Vec<OwnedDir>, Vec<String>) {
         }
     }
     owned.sort();
+    unread.sort();
     let trash = match open_trash(&root_fd) {
         Ok(Some(fd)) => list_names(&fd, TRASH_ENTRIES_MAX).unwrap_or_default(),
         _ => Vec::new(),
     };
-    (owned, trash)
+    (owned, trash, unread)
 }
+
+/// Directories a scan reports it could not read at most; past this, the whole root counts as
+/// unread.
+pub const SCAN_UNREAD_MAX: usize = 1_000;
 
 /// Entries read from one directory at most by a snapshot scan.
 pub const SCAN_ENTRIES_PER_DIR_MAX: usize = 100_000;
@@ -523,7 +543,7 @@ mod tests {
         write_marker(&root, "a/b", &marker("u1")).unwrap();
         fs::write(root.join("a/b/weights.bin"), b"w").unwrap();
         write_marker(&root, "c", &marker("u2")).unwrap();
-        let (owned, trash) = scan(&root);
+        let (owned, trash, _) = scan(&root);
         assert_eq!(
             owned,
             vec![
@@ -537,7 +557,7 @@ mod tests {
         trash_dir(&root, "a/b", &Uid::new("u1"), "u1-1").unwrap();
         assert!(!root.join("a/b").exists());
         assert!(root.join(TRASH).join("u1-1/weights.bin").exists());
-        let (owned, trash) = scan(&root);
+        let (owned, trash, _) = scan(&root);
         assert_eq!(owned.len(), 1);
         assert_eq!(trash, vec!["u1-1".to_string()]);
         // Trashing again is a no-op; purging removes it for good.
@@ -553,7 +573,7 @@ mod tests {
         write_marker(&root, "m", &Marker::new("u2", "BaseModel/ns/m", &["u1".into(), "u2".into()])).unwrap();
         let text = fs::read_to_string(root.join("m").join(MARKER)).unwrap();
         assert_eq!(text, r#"{"uid":"u2","key":"BaseModel/ns/m","co_owners":["u1"]}"#);
-        let (owned, _) = scan(&root);
+        let (owned, _, _) = scan(&root);
         let uids: Vec<&str> = owned.iter().map(|d| d.uid.as_str()).collect();
         assert_eq!(uids, vec!["u1", "u2"]);
         assert!(trash_dir(&root, "m", &Uid::new("u3"), "u3-1").is_err());
@@ -583,12 +603,12 @@ mod tests {
         let reserved = |owned: &[OwnedDir]| -> Vec<(String, bool)> {
             owned.iter().map(|d| (d.uid.as_str().to_string(), d.reserved)).collect()
         };
-        let (owned, _) = scan(&root);
+        let (owned, _, _) = scan(&root);
         assert_eq!(reserved(&owned), [("u1".into(), true), ("u2".into(), false), ("u3".into(), true)]);
         disown_dir(&root, "m", &Uid::new("u1"), &[Uid::new("u2"), Uid::new("u3")]).unwrap();
         let text = fs::read_to_string(root.join("m").join(MARKER)).unwrap();
         assert_eq!(text, r#"{"uid":"u2","key":"BaseModel/ns/m","co_owners":["u3"],"reserved":["u3"]}"#);
-        let (owned, _) = scan(&root);
+        let (owned, _, _) = scan(&root);
         assert_eq!(reserved(&owned), [("u2".into(), false), ("u3".into(), true)]);
     }
 
@@ -628,7 +648,7 @@ mod tests {
         disown_dir(&root, "a/b", &Uid::new("u1"), &keep).unwrap();
         assert!(!root.join("a/b").join(MARKER).exists());
         assert!(root.join("a/b/weights.bin").exists() && root.join("m/weights.bin").exists());
-        let (owned, _) = scan(&root);
+        let (owned, _, _) = scan(&root);
         assert_eq!(owned, vec![OwnedDir { path: "m".into(), uid: Uid::new("u2"), reserved: false }]);
         // Not named, no marker, no directory: nothing to do. No sweep can trash `a/b` now.
         disown_dir(&root, "m", &Uid::new("u9"), &[]).unwrap();
@@ -665,6 +685,26 @@ mod tests {
         assert_eq!(fs::read(outside.join("victim/precious")).unwrap(), b"keep");
         // The scan does not follow the links either.
         assert!(scan(&root).0.is_empty());
+    }
+
+    /// What the scan could not read it says (a marker it cannot parse, a root it cannot open),
+    /// so that the core takes the weights there as unknown, not gone; a symlink is not unread,
+    /// and a clean walk reports nothing.
+    #[test]
+    fn the_scan_names_what_it_could_not_read() {
+        let root = tmp("scan-unread");
+        write_marker(&root, "a/ok", &marker("u1")).unwrap();
+        fs::create_dir_all(root.join("b/torn")).unwrap();
+        fs::write(root.join("b/torn").join(MARKER), b"{\"uid\":").unwrap();
+        std::os::unix::fs::symlink(root.join("a"), root.join("link")).unwrap();
+        let (owned, _, unread) = scan(&root);
+        assert_eq!(owned.len(), 1);
+        assert_eq!(unread, ["b/torn"]);
+        fs::remove_file(root.join("b/torn").join(MARKER)).unwrap();
+        assert!(scan(&root).2.is_empty());
+        let (owned, trash, unread) = scan(&root.join("no-such-root"));
+        assert!(owned.is_empty() && trash.is_empty());
+        assert_eq!(unread, [""], "the root itself");
     }
 
     #[test]

@@ -506,7 +506,7 @@ pub async fn snapshot_api(client: &Client, node: &str, namespace: &str) -> Resul
             (Arc::from(k), view)
         })
         .collect();
-    Ok(DriftSnapshot { labels, entries, owned_dirs: vec![], trash: vec![] })
+    Ok(DriftSnapshot { labels, entries, owned_dirs: vec![], trash: vec![], unread: vec![] })
 }
 
 pub fn log_startup(node: &str, namespace: &str) {

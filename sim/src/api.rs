@@ -338,6 +338,7 @@ impl Api {
                 .collect(),
             owned_dirs: vec![],
             trash: vec![],
+            unread: vec![],
         }
     }
 }

@@ -91,8 +91,11 @@ impl State {
             let has_current = slot.current.is_some();
             for (i, inc) in slot.current.iter_mut().chain(slot.former.iter_mut()).enumerate() {
                 claimed.uids.insert(inc.uid().clone());
-                let dirs =
-                    DirsSeen { named: owned_by_uid.get(inc.uid()).map_or(&[], Vec::as_slice), marked: &marked_paths };
+                let dirs = DirsSeen {
+                    named: owned_by_uid.get(inc.uid()).map_or(&[], Vec::as_slice),
+                    marked: &marked_paths,
+                    unread: &snap.unread,
+                };
                 // A reserved model gone learns the directory its marker names however stale the
                 // snapshot is for it otherwise (no marker gains a uid confirmed gone), so that it
                 // gives the directory up (`DisownDir`); one gone before the first snapshot waited
@@ -424,6 +427,17 @@ impl Claimed {
 struct DirsSeen<'a> {
     named: &'a [&'a str],
     marked: &'a FxHashSet<&'a str>,
+    /// What the scan could not read (`DriftSnapshot::unread`).
+    unread: &'a [String],
+}
+
+impl DirsSeen<'_> {
+    /// Could the scan have missed a marker at `path`?
+    fn may_miss(&self, path: &str) -> bool {
+        self.unread.iter().any(|u| {
+            u.is_empty() || path == u || path.strip_prefix(u.as_str()).is_some_and(|rest| rest.starts_with('/'))
+        })
+    }
 }
 
 /// One incarnation takes what the snapshot shows; true if anything about it changed.
@@ -459,8 +473,12 @@ fn observe_incarnation(inc: &mut Incarnation, seen: &Seen, label_is_its: bool, d
             inc.set_owned_dir(Some(own.unwrap_or(first).to_string()));
             changed = true;
         }
-        // Ready, but the weights are gone from disk: fetch again (#834's drift).
-        (None, Fetched::Done(done)) if matches!(done.plan, Plan::Download { .. }) => {
+        // Ready, but the weights are gone from disk: fetch again (#834's drift). Not where the
+        // scan could not read: a marker missed there proves nothing.
+        (None, Fetched::Done(done))
+            if matches!(done.plan, Plan::Download { .. })
+                && !done.plan.fetch_into().is_some_and(|(_, dir)| dirs.may_miss(dir)) =>
+        {
             inc.set_owned_dir(None);
             inc.fetched = Fetched::No;
             changed = true;

@@ -264,6 +264,11 @@ pub struct DriftSnapshot {
     pub owned_dirs: Vec<OwnedDir>,
     /// Names of entries in the trash folder.
     pub trash: Vec<String>,
+    /// Directories beneath the root the scan could not read, where a marker may have been
+    /// missed (`""`: the root itself, or a walk stopped at its limit). A directory there whose
+    /// marker the scan did not show is unknown, not gone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unread: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -1209,6 +1209,7 @@ fn drift_removes_orphans_only_after_fresh_lists_show_no_owner() {
         ]),
         owned_dirs: vec![OwnedDir { path: "gone".into(), uid: Uid::new("ug"), reserved: false }],
         trash: vec![],
+        unread: vec![],
     };
     let e = h.input(Input::DriftObserved { id: sid, snapshot: snap });
     assert!(destructive(&e).is_empty(), "a snapshot alone removes nothing");
@@ -1288,15 +1289,16 @@ fn drift_lists_that_fail_remove_nothing() {
     assert!(destructive(&e1).is_empty() && destructive(&e2).is_empty());
 }
 
+/// Weights whose marker a snapshot no longer shows are fetched again, but only where the scan
+/// read: a directory it could not read (or the root, or a walk cut at its limit) may hold the
+/// marker it missed, and a model there stays Ready as it is.
 #[test]
 fn drift_downloads_again_when_the_weights_vanished() {
     let mut h = H::new();
     let e = h.start(true, vec![hf("m", "u1")]);
     h.settle(e);
     h.advance(1);
-    let e = h.advance(300_000);
-    let sid = snapshot_request(&e);
-    let snap = DriftSnapshot {
+    let snap = |unread: &[&str]| DriftSnapshot {
         labels: BTreeMap::from([("models.ome.io/clusterbasemodel.m".into(), "Ready".into())]),
         entries: BTreeMap::from([(
             "clusterbasemodel.m".into(),
@@ -1304,8 +1306,19 @@ fn drift_downloads_again_when_the_weights_vanished() {
         )]),
         owned_dirs: vec![],
         trash: vec![],
+        unread: unread.iter().map(|u| u.to_string()).collect(),
     };
-    let e = h.input(Input::DriftObserved { id: sid, snapshot: snap });
+    for unread in [&[""][..], &["m"], &["a", "m"]] {
+        let e = h.advance(300_000);
+        let sid = snapshot_request(&e);
+        let e = h.input(Input::DriftObserved { id: sid, snapshot: snap(unread) });
+        let all = h.settle(e);
+        assert!(published(&all).is_empty() && !all.iter().any(|e| matches!(e.op, Op::Download { .. })), "{all:?}");
+    }
+    // A directory beside it, or one whose name merely begins like its path, proves nothing.
+    let e = h.advance(300_000);
+    let sid = snapshot_request(&e);
+    let e = h.input(Input::DriftObserved { id: sid, snapshot: snap(&["mm", "n/m"]) });
     assert_eq!(published(&e), vec![(ModelStatus::Updating, None)]);
     let all = h.settle(e);
     assert!(all.iter().any(|e| matches!(e.op, Op::Download { .. })));
