@@ -453,6 +453,10 @@ pub fn scan(root: &Path) -> (Vec<OwnedDir>, Vec<String>, Vec<String>) {
             unread.push(rel);
             continue;
         };
+        // A listing cut at its limit may have left out a marker or a directory.
+        if entries.len() >= SCAN_ENTRIES_PER_DIR_MAX {
+            unread.push(rel.clone());
+        }
         for (name, kind) in entries {
             if depth == 0 && name == TRASH {
                 continue;
@@ -470,9 +474,13 @@ pub fn scan(root: &Path) -> (Vec<OwnedDir>, Vec<String>, Vec<String>) {
                     Ok(None) => {}
                     Err(_) => unread.push(rel.clone()),
                 }
-            } else if depth < SCAN_DEPTH_MAX && is_dir_entry(&dir, &name, kind) {
+            } else if is_dir_entry(&dir, &name, kind) {
                 let child = if rel.is_empty() { name } else { format!("{rel}/{name}") };
-                stack.push((child, depth + 1));
+                // Below the deepest level walked, a directory is not read: unknown, not empty.
+                match depth < SCAN_DEPTH_MAX {
+                    true => stack.push((child, depth + 1)),
+                    false => unread.push(child),
+                }
             }
         }
     }
@@ -705,6 +713,12 @@ mod tests {
         let (owned, trash, unread) = scan(&root.join("no-such-root"));
         assert!(owned.is_empty() && trash.is_empty());
         assert_eq!(unread, [""], "the root itself");
+        // Below the deepest level walked: the marker there is not read, and the scan says so.
+        let deep = (1..=SCAN_DEPTH_MAX + 1).map(|d| format!("d{d}")).collect::<Vec<_>>().join("/");
+        write_marker(&root, &deep, &marker("u9")).unwrap();
+        let (owned, _, unread) = scan(&root);
+        assert!(!owned.iter().any(|d| d.uid.as_str() == "u9"), "{owned:?}");
+        assert_eq!(unread, [deep]);
     }
 
     #[test]
