@@ -296,6 +296,22 @@ fn dispatch(ctx: &Ctx, Effect { id, op }: Effect) {
         Op::FillSpec { key, uid, dir } => {
             spawn(ctx, async move |c: Ctx| Some(fill_spec(&c, id, &key, uid.as_str(), &dir).await))
         }
+        op @ (Op::TrashDir { .. } | Op::DisownDir { .. } | Op::RecordReserve { .. } | Op::PurgeTrash { .. }) => {
+            dispatch_on_root(ctx, id, op)
+        }
+        Op::ProbeRoot => spawn(ctx, async move |c: Ctx| Some(Input::RootProbed { id, probe: probe_root(&c).await })),
+        Op::Snapshot => spawn(ctx, async move |c: Ctx| {
+            Some(match snapshot(&c).await {
+                Ok(snapshot) => Input::DriftObserved { id, snapshot },
+                Err(reason) => Input::EffectDone { id, outcome: Outcome::Failed(reason) },
+            })
+        }),
+    }
+}
+
+/// The effects that are one call on the models root through the filesystem gate.
+fn dispatch_on_root(ctx: &Ctx, id: EffectId, op: Op) {
+    match op {
         Op::TrashDir { uid, path, trash_name, .. } => {
             let what = format!("moving {path} to the trash");
             spawn_on_root(ctx, id, what, fsgate::TRASH_DEADLINE, move |root| {
@@ -318,13 +334,7 @@ fn dispatch(ctx: &Ctx, Effect { id, op }: Effect) {
             let what = format!("purging trash entry {name}");
             spawn_on_root(ctx, id, what, fsgate::PURGE_DEADLINE, move |root| fsops::purge_trash(root, &name))
         }
-        Op::ProbeRoot => spawn(ctx, async move |c: Ctx| Some(Input::RootProbed { id, probe: probe_root(&c).await })),
-        Op::Snapshot => spawn(ctx, async move |c: Ctx| {
-            Some(match snapshot(&c).await {
-                Ok(snapshot) => Input::DriftObserved { id, snapshot },
-                Err(reason) => Input::EffectDone { id, outcome: Outcome::Failed(reason) },
-            })
-        }),
+        other => unreachable!("not a call on the models root: {}", other.kind_name()),
     }
 }
 

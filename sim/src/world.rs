@@ -140,6 +140,15 @@ pub struct SimNode {
 }
 
 impl SimNode {
+    /// The marker at `path` records `uid` as reserved, or no longer does.
+    fn set_reserved_mark(&mut self, path: &str, uid: &Uid, reserved: bool) {
+        let mark = (path.to_string(), uid.clone());
+        match reserved {
+            true => _ = self.reserved_marks.insert(mark),
+            false => _ = self.reserved_marks.remove(&mark),
+        }
+    }
+
     /// Forgets the reserve records of uids the marker at `path` no longer names (a marker
     /// rewritten or removed takes its records along, as the shell's does).
     fn prune_reserved_marks(&mut self, path: &str) {
@@ -818,11 +827,7 @@ impl World {
         // as the marker had them (none for a marker made now).
         let n = &mut self.nodes[node];
         if reserve || !n.reserved_marks.is_empty() {
-            let mark = (path.to_string(), uid.clone());
-            match reserve {
-                true => _ = n.reserved_marks.insert(mark),
-                false => _ = n.reserved_marks.remove(&mark),
-            }
+            n.set_reserved_mark(path, uid, reserve);
             n.prune_reserved_marks(path);
         }
         self.counters.copies_made += u64::from(marked.is_none() && is_copy(path));
@@ -1163,11 +1168,7 @@ impl World {
             return Input::EffectDone { id, outcome: fail("read-only file system") };
         }
         if n.dirs.get(path).is_some_and(|m| m.contains(uid)) {
-            let mark = (path.to_string(), uid.clone());
-            match reserved {
-                true => _ = n.reserved_marks.insert(mark),
-                false => _ = n.reserved_marks.remove(&mark),
-            }
+            n.set_reserved_mark(path, uid, reserved);
         }
         done(id)
     }

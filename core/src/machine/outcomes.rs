@@ -114,15 +114,20 @@ impl State {
                 inc.spec_filled = true;
                 stats.effects_failed += 1;
             }
-            // Holds back nothing else either (a model's own effects would wait on its backoff):
-            // taken as recorded, until a snapshot shows the marker's record otherwise, which sends
-            // it again (`drift::observe_snapshot`), once a drift period.
-            (Outcome::Failed(reason) | Outcome::Occupied(reason), IncOp::RecordReserve { reserved }) => {
+            // Landed or not, taken as recorded: a failure holds back nothing else either (a model's
+            // own effects would wait on its backoff); a snapshot that shows the marker's record
+            // otherwise sends it again (`drift::knows_reserve_record`), once a drift period.
+            (outcome, IncOp::RecordReserve { reserved }) => {
                 if let Fetched::Done(done) = &mut inc.fetched {
                     done.reserve_recorded = reserved;
                 }
-                stats.effects_failed += 1;
-                st.notes.push(Note::EffectFailed { id, reason, retry_in_ms: config.drift_period_ms });
+                match outcome {
+                    Outcome::Failed(reason) | Outcome::Occupied(reason) => {
+                        stats.effects_failed += 1;
+                        st.notes.push(Note::EffectFailed { id, reason, retry_in_ms: config.drift_period_ms });
+                    }
+                    Outcome::Done | Outcome::Downloaded(_) | Outcome::Resolved { .. } => inc.failures = 0,
+                }
             }
             (Outcome::Failed(reason) | Outcome::Occupied(reason), what) => {
                 inc.effect_failed(&what);
@@ -133,33 +138,12 @@ impl State {
             }
             (Outcome::Done | Outcome::Downloaded(_) | Outcome::Resolved { .. }, what) => {
                 inc.failures = 0;
-                match what {
-                    IncOp::Publish { status, reason } => inc.published = Published::Status { status, reason },
-                    IncOp::Unpublish => inc.published = Published::Nothing,
-                    IncOp::Trash { name } => {
-                        // What anyone fetched there is gone (`forget_fetches_into`).
-                        let gone = inc.share.as_mut().and_then(|s| s.owned_dir.take());
-                        let purge_at = now.plus_ms(config.trash_grace_ms);
-                        trash.insert(name.clone(), purge_at);
-                        timers.insert((purge_at, TimerKey::Purge(name)));
-                        return gone;
-                    }
-                    IncOp::Disown => {
-                        if let Some(dir) = inc.share.as_mut().and_then(|s| s.owned_dir.take()) {
-                            shared::unmarked(dirs, &dir, &uid);
-                        }
-                        inc.share_mut().disowned = true;
-                    }
-                    IncOp::FillSpec => inc.spec_filled = true,
-                    IncOp::RecordReserve { reserved } => {
-                        if let Fetched::Done(done) = &mut inc.fetched {
-                            done.reserve_recorded = reserved;
-                        }
-                    }
-                    IncOp::Link { paths } => inc.share_mut().link = Some(Box::new((paths.link, paths.copy))),
-                    IncOp::Unlink => inc.share_mut().link = None,
-                    IncOp::Fetch { .. } => unreachable!("matched by the first arm"),
-                }
+                let trash_at = |name: String| {
+                    let purge_at = now.plus_ms(config.trash_grace_ms);
+                    trash.insert(name.clone(), purge_at);
+                    timers.insert((purge_at, TimerKey::Purge(name)));
+                };
+                return landed(inc, &uid, what, dirs, trash_at);
             }
         }
         None
@@ -210,6 +194,37 @@ impl State {
             }
         }
     }
+}
+
+/// What an incarnation's effect that landed makes true of it (`trash_at` schedules the purge of
+/// a trash entry). Returns the directory a trash of its moved away.
+fn landed(
+    inc: &mut Incarnation,
+    uid: &Uid,
+    what: IncOp,
+    dirs: &mut Map<Arc<str>, Arc<shared::DirUse>>,
+    trash_at: impl FnOnce(String),
+) -> Option<String> {
+    match what {
+        IncOp::Publish { status, reason } => inc.published = Published::Status { status, reason },
+        IncOp::Unpublish => inc.published = Published::Nothing,
+        IncOp::Trash { name } => {
+            trash_at(name);
+            // What anyone fetched there is gone (`forget_fetches_into`).
+            return inc.share.as_mut().and_then(|s| s.owned_dir.take());
+        }
+        IncOp::Disown => {
+            if let Some(dir) = inc.share.as_mut().and_then(|s| s.owned_dir.take()) {
+                shared::unmarked(dirs, &dir, uid);
+            }
+            inc.share_mut().disowned = true;
+        }
+        IncOp::FillSpec => inc.spec_filled = true,
+        IncOp::Link { paths } => inc.share_mut().link = Some(Box::new((paths.link, paths.copy))),
+        IncOp::Unlink => inc.share_mut().link = None,
+        IncOp::Fetch { .. } | IncOp::RecordReserve { .. } => unreachable!("matched before"),
+    }
+    None
 }
 
 /// A check, a download or a resolve ended. Failed: the model is Failed on this node (published,

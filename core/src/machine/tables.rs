@@ -394,6 +394,11 @@ fn skips_updating(key: &ModelKey, inc: &Incarnation, plan: &Plan, ctx: &Context)
     already_ready || first_check
 }
 
+/// The last root probe answered, and found the root read-only.
+fn root_known_read_only(ctx: &Context) -> bool {
+    ctx.root.is_some_and(|r| r.answered && !r.writable)
+}
+
 /// A model whose reserve label changed since the marker of the directory it downloaded into
 /// recorded it: the marker records it again, so that a sweep after a delete no agent sees gives
 /// the weights up or trashes them as the label says (`OwnedDir::reserved`). Not for a shared
@@ -406,7 +411,7 @@ fn record_reserve_op(key: &ModelKey, inc: &Incarnation, done: &FetchDone, ctx: &
         return None;
     }
     let (_, dir) = done.plan.fetch_into()?;
-    let read_only = ctx.root.is_some_and(|r| r.answered && !r.writable);
+    let read_only = root_known_read_only(ctx);
     let writing = ctx.dir.as_ref().is_some_and(|d| d.busy || d.trashing);
     let owned = inc.owned_dir() == Some(dir) && !shared::in_artifacts(dir);
     if !owned || read_only || writing {
@@ -508,7 +513,7 @@ fn withdraw_op(key: &ModelKey, inc: &Incarnation, ctx: &Context, now: Instant) -
 /// and a retry would keep the incarnation for good).
 fn disowns(inc: &Incarnation, ctx: &Context) -> bool {
     let reserved = inc.is_reserved();
-    let read_only = ctx.root.is_some_and(|r| r.answered && !r.writable);
+    let read_only = root_known_read_only(ctx);
     let busy = ctx.dir.as_ref().is_some_and(|d| d.busy);
     reserved && inc.is_confirmed() && ctx.markers_seen.is_some() && !read_only && !busy
 }

@@ -1199,25 +1199,32 @@ fn the_sweep_never_trashes_a_copy_a_model_placed_again_may_use_on_an_old_node_vi
     assert!(node_reads >= 1, "the sweep asked for no live read of the Node");
 }
 
-#[test]
-fn a_reserved_model_that_leaves_keeps_its_directory_when_a_co_owner_is_deleted() {
-    // `a` carries the reserve label: its weights stay on the node when it goes. It leaves the
-    // node while `b` shares its path; `b` is then deleted. `b` releases the directory to `a`
-    // rather than trashing it.
+/// Reserved `a` (gpu only) and `b` share `shared`, Ready on the gpu node; `a` leaves it, then
+/// `b` is deleted (it releases the directory to `a`). The harness and `a`.
+fn reserved_a_away_and_b_deleted(seen: &mut Seen, marked: &[OwnedDir]) -> (H, ModelObject) {
     let mut h = H::new();
     let (a, b) = pair_at_shared();
     let a = reserved(a);
     let (gpu, cpu) = gpu_and_cpu();
     let both = [a.clone(), b.clone()];
-    let marked = ["a1", "b1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u), reserved: false });
-    let mut seen = Seen::default();
     let e = h.start_on(gpu, true, both.to_vec());
-    run(&mut h, e, &mut seen, &marked, &both);
+    run(&mut h, e, seen, marked, &both);
     let e = leave_node(&mut h, &a, cpu);
-    run(&mut h, e, &mut seen, &marked, &both);
+    run(&mut h, e, seen, marked, &both);
     assert_eq!(h.view(&a.key, "a1").life, Life::Withdrawn);
     let e = delete(&mut h, &b);
-    run(&mut h, e, &mut seen, &marked, std::slice::from_ref(&a));
+    run(&mut h, e, seen, marked, std::slice::from_ref(&a));
+    (h, a)
+}
+
+#[test]
+fn a_reserved_model_that_leaves_keeps_its_directory_when_a_co_owner_is_deleted() {
+    // `a` carries the reserve label: its weights stay on the node when it goes. It leaves the
+    // node while `b` shares its path; `b` is then deleted. `b` releases the directory to `a`
+    // rather than trashing it.
+    let marked = ["a1", "b1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u), reserved: false });
+    let mut seen = Seen::default();
+    let (mut h, a) = reserved_a_away_and_b_deleted(&mut seen, &marked);
     assert!(seen.trashed.is_empty(), "a reserved model's weights trashed: {:?}", seen.trashed);
     // `a` is deleted while away from the node: it gives the directory up, so that no sweep
     // takes it for an orphan's once `a` is forgotten.
@@ -1347,18 +1354,8 @@ fn the_sweep_after_a_disown_spares_a_directory_still_naming_a_released_co_owner(
     // directory to `a` (its uid stays in the marker); `a` is deleted and gives it up. The marker
     // must not be left naming `b1` alone, a uid of no model, which the sweep would take for an
     // orphan's.
-    let mut h = H::new();
-    let (a, b) = pair_at_shared();
-    let a = reserved(a);
-    let (gpu, cpu) = gpu_and_cpu();
-    let both = [a.clone(), b.clone()];
     let mut seen = Seen { markers: Some(BTreeMap::new()), ..Seen::default() };
-    let e = h.start_on(gpu, true, both.to_vec());
-    run(&mut h, e, &mut seen, &[], &both);
-    let e = leave_node(&mut h, &a, cpu);
-    run(&mut h, e, &mut seen, &[], &both);
-    let e = delete(&mut h, &b);
-    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&a));
+    let (mut h, a) = reserved_a_away_and_b_deleted(&mut seen, &[]);
     let e = delete(&mut h, &a);
     run(&mut h, e, &mut seen, &[], &[]);
     assert_eq!(seen.disowned, vec![("a1".to_string(), "shared".to_string())]);
