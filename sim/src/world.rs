@@ -9,8 +9,8 @@ use std::sync::Arc;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use model_agent_core::machine::{
-    Config, DownloadEnd, DownloadResult, DriftSnapshot, Effect, Fetched, Input, ListResult, NodeReadResult, Note, Op,
-    Output, OwnedDir, ReadResult, RootProbe, WatchEvent,
+    Config, DownloadEnd, DownloadResult, DriftSnapshot, Effect, Input, ListResult, NodeReadResult, Note, Op, Output,
+    OwnedDir, ReadResult, RootProbe, WatchEvent,
 };
 use model_agent_core::placement::NodeView;
 use model_agent_core::prng::Prng;
@@ -931,23 +931,25 @@ impl World {
     /// (only the agents change what a node's directories hold), with no allowance.
     fn check_ready_on_its_files(&mut self, node: usize, uid: &Uid) {
         let Some(obj) = self.api.live_here(uid.as_str(), node) else { return };
-        let (key, spec) = (obj.key.clone(), obj.spec().clone());
-        let claim: Option<(String, String)> = match &self.nodes[node].agent {
-            Agent::Core(state) => match state.incarnation(&key, uid).map(|v| v.fetched) {
-                Some(Fetched::Done(done)) => done.plan.fetch_into().map(|(s, d)| (s.to_string(), d.to_string())),
-                _ => None,
-            },
-            _ if oracle::reuses(&spec) => None,
-            _ => oracle::download_dir(&spec, &self.config.models_root).map(|dir| (spec.storage_uri.to_string(), dir)),
+        let (key, spec) = (&obj.key, obj.spec());
+        let download_dir;
+        let claim: Option<(&str, &str)> = match &self.nodes[node].agent {
+            Agent::Core(state) => state.fetched_into(key, uid),
+            _ if oracle::reuses(spec) => None,
+            _ => {
+                download_dir = oracle::download_dir(spec, &self.config.models_root);
+                download_dir.as_deref().map(|dir| (&*spec.storage_uri, dir))
+            }
         };
         let Some((source, dir)) = claim else { return };
-        let held = self.nodes[node].files.get(&dir).cloned();
+        let held = self.nodes[node].files.get(dir);
         // A shared copy's path names its commit: whoever downloaded it, it is this one's.
-        let holds = held.as_deref().is_some_and(|h| *h == *source || is_copy(&dir));
-        if !holds {
-            let text = format!("{key} uid {uid} labelled Ready on {dir}, which holds {held:?}, not {source}'s files");
-            self.violation_on(node, Some(&key), text);
+        if held.is_some_and(|h| **h == *source || is_copy(dir)) {
+            return;
         }
+        let text = format!("{key} uid {uid} labelled Ready on {dir}, which holds {held:?}, not {source}'s files");
+        let key = key.clone();
+        self.violation_on(node, Some(&key), text);
     }
 
     /// The orphan sweep is about to trash `path`: damage when its marker names a model deleted

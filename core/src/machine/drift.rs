@@ -361,9 +361,12 @@ impl State {
 /// failed, or one a download could not write, is then sent again). False when it changed.
 fn knows_reserve_record(inc: &mut Incarnation, dirs: &DirsSeen, reserved: &FxHashSet<(&Uid, &str)>) -> bool {
     let Fetched::Done(done) = &inc.fetched else { return true };
+    // Nearly always no marker records anything and the process believes none does.
+    if reserved.is_empty() && !done.reserve_recorded {
+        return true;
+    }
     let Some((_, dir)) = done.plan.fetch_into().filter(|(_, dir)| dirs.named.contains(dir)) else { return true };
-    // Nearly always no marker records anything: no lookup then.
-    let recorded = !reserved.is_empty() && reserved.contains(&(inc.uid(), dir));
+    let recorded = reserved.contains(&(inc.uid(), dir));
     if done.reserve_recorded == recorded {
         return true;
     }

@@ -15,11 +15,13 @@ impl State {
         let answers_itself = |o: &Owner| {
             matches!(o, Owner::Get { .. } | Owner::List { .. } | Owner::NodeGet { .. } | Owner::Snapshot { .. })
         };
-        if self.inflight.get(&id).is_none_or(answers_itself) {
+        // Taken, not cloned (a fetch's owner holds its whole plan), and put back in the rare
+        // case it answers itself: one lookup on the common path.
+        let Some(owner) = self.inflight.remove(&id) else { return };
+        if answers_itself(&owner) {
+            self.inflight.insert(id, owner);
             return;
         }
-        // Taken, not cloned: a fetch's owner holds its whole plan.
-        let Some(owner) = self.inflight.remove(&id) else { return };
         match owner {
             Owner::Inc { key, uid, what } => {
                 if let Some(dir) = self.inc_effect_done(st, id, (key, uid), what, outcome) {

@@ -167,7 +167,7 @@ impl State {
             st.notes.push(Note::PhantomSuppressed { key: key.clone(), uid, cause });
         }
         if let Some(obj) = adopt {
-            self.on_object(st, obj, sent.seq);
+            self.on_object(st, obj, sent.seq, None);
         }
     }
 

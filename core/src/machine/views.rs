@@ -28,6 +28,17 @@ impl State {
         views(key, self.slots.get(key)?).find(|v| &v.uid == uid)
     }
 
+    /// Where the incarnation's finished download went (its source and its directory beneath
+    /// the models root), borrowed: the simulator checks it at every Ready publish, where a
+    /// view would copy the record.
+    pub fn fetched_into(&self, key: &ModelKey, uid: &Uid) -> Option<(&str, &str)> {
+        let inc = self.slots.get(key)?.all().find(|i| i.uid() == uid)?;
+        match &inc.fetched {
+            Fetched::Done(done) => done.plan.fetch_into().map(|(source, dir)| (&**source, dir)),
+            _ => None,
+        }
+    }
+
     pub fn model_count(&self) -> usize {
         self.slots.len()
     }
