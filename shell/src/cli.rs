@@ -57,6 +57,10 @@ pub struct Cli {
     /// Kubeconfig (default: in-cluster, or $KUBECONFIG)
     #[arg(long, help_heading = "Node and cluster")]
     pub kubeconfig: Option<String>,
+    /// How often the agent compares what the node shows (labels, ConfigMap entries, directories
+    /// under the models root) with what it believes, and repairs the difference (at least 1000)
+    #[arg(long = "drift-period-ms", default_value_t = 300_000, value_parser = drift_period, help_heading = "Node and cluster")]
+    pub drift_period_ms: u64,
     /// Fill a Ready model's empty spec metadata fields from its config files (needs
     /// deploy/components/update-model-spec)
     #[arg(long = "update-model-spec", num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_parser = clap::value_parser!(bool), help_heading = "Node and cluster")]
@@ -130,6 +134,17 @@ fn positive<T: std::str::FromStr + PartialOrd + Default>(v: &str) -> Result<T, S
     }
 }
 
+/// A drift pass reads the Node, the ConfigMap and the models root's tree: not more than once a
+/// second.
+const DRIFT_PERIOD_MS_MIN: u64 = 1_000;
+
+fn drift_period(v: &str) -> Result<u64, String> {
+    match v.parse::<u64>() {
+        Ok(ms) if ms >= DRIFT_PERIOD_MS_MIN => Ok(ms),
+        _ => Err(format!("{v:?} is not a number of milliseconds of at least {DRIFT_PERIOD_MS_MIN}")),
+    }
+}
+
 fn concurrency(v: &str) -> Result<usize, String> {
     positive::<usize>(v).map(|n| n.min(CONCURRENCY_MAX))
 }
@@ -166,6 +181,7 @@ mod tests {
         assert_eq!((c.port, c.models_root.as_str(), c.namespace.as_str()), (8080, "/mnt/models", "ome"));
         assert_eq!((c.write_check, c.fetch_workers, c.files_concurrency), (WriteCheck::Auto, 5, 4));
         assert_eq!((c.multipart_threshold_bytes, c.progress_period_ms), (200 << 20, 30_000));
+        assert_eq!(c.drift_period_ms, model_agent_core::machine::Config::new("n", "/m").drift_period_ms);
         assert_eq!(c.bind_address.to_string(), "0.0.0.0");
         assert!(!c.update_model_spec && !c.log_json());
     }
@@ -181,6 +197,7 @@ mod tests {
         assert_eq!((c.files_concurrency, c.write_check), (CONCURRENCY_MAX, WriteCheck::Never));
         assert_eq!(c.bind_address.to_string(), "::1");
         assert!(c.log_json());
+        assert_eq!(parse("--drift-period-ms 1000").unwrap().drift_period_ms, 1_000);
     }
 
     #[test]
@@ -193,6 +210,8 @@ mod tests {
         assert!(error("--log-format xml").contains("text"));
         assert!(error("--metrics-bind-address :8080").contains("the port is --port"));
         assert!(error("--multipart-threshold 0").contains("positive"));
+        assert!(error("--drift-period-ms 999").contains("at least 1000"));
+        assert!(error("--drift-period-ms soon").contains("at least 1000"));
         assert!(error("inspect /m").contains("unexpected argument"), "a subcommand only as the first word");
     }
 

@@ -201,6 +201,7 @@ async fn run(cli: Cli, node_name: String, downloads: downloads::Downloads) -> Re
         seed,
         write_check: cli.write_check,
         update_model_spec: cli.update_model_spec,
+        drift_period_ms: cli.drift_period_ms,
         ..Config::new(&node_name, &cli.models_root)
     };
     let recorder = match &cli.record_trace {

@@ -1562,3 +1562,63 @@ fn a_disown_on_a_stale_snapshot_with_no_record_of_the_directory_keeps_w() {
     run(&mut h, e, &mut seen, &[], std::slice::from_ref(&w));
     assert!(seen.markers.as_ref().unwrap().get("shared").is_some_and(|m| m.contains("w1")), "{:?}", seen.markers);
 }
+
+/// The models using the copy, three Ready, then a drift snapshot that shows no marker at the
+/// copy's path and could not read `unread`: the effects of that snapshot's step.
+fn copy_not_shown(unread: &[&str]) -> (H, Seen, Vec<ModelObject>, Vec<Effect>) {
+    let (mut h, mut seen, models) = three_ready();
+    let e = h.advance(300_000);
+    run(&mut h, e, &mut seen, &copy_marked(&["c1", "a1", "b1"]), &models);
+    let e = h.advance(300_000);
+    assert_eq!(e.iter().filter(|e| e.op == Op::Snapshot).count(), 1);
+    let shown = Seen { markers: Some(BTreeMap::new()), ..Seen::default() };
+    let mut snapshot = shown.snapshot(&[]);
+    snapshot.unread = unread.iter().map(|u| u.to_string()).collect();
+    let e = e
+        .into_iter()
+        .flat_map(|x| match &x.op {
+            Op::Snapshot => h.input(Input::DriftObserved { id: x.id, snapshot: snapshot.clone() }),
+            _ => vec![x],
+        })
+        .collect();
+    (h, seen, models, e)
+}
+
+fn updating(e: &[Effect]) -> usize {
+    e.iter().filter(|e| matches!(&e.op, Op::Publish { label: Some(ModelStatus::Updating), .. })).count()
+}
+
+#[test]
+fn models_of_a_copy_gone_from_disk_fetch_it_again() {
+    // #834's drift for a shared copy: the snapshot read everything and shows no marker at the
+    // copy's path (someone removed it by hand). The models using it are not left Ready on
+    // nothing: they fetch it again, and are Ready once it is back.
+    let (mut h, mut seen, models, e) = copy_not_shown(&[]);
+    assert_eq!(updating(&e), 3, "{e:?}");
+    let downloads = seen.downloads.len();
+    let mut gone = Seen { markers: Some(BTreeMap::new()), ..Seen::default() };
+    run(&mut h, e, &mut gone, &copy_marked(&["c1", "a1", "b1"]), &models);
+    assert!(!gone.downloads.is_empty(), "fetched again: {:?}", gone.downloads);
+    assert!(gone.downloads.iter().all(|(_, dest, _)| dest == COPY), "{:?}", gone.downloads);
+    seen.downloads.extend(gone.downloads);
+    assert!(seen.downloads.len() > downloads);
+    let ready = Published::Status { status: ModelStatus::Ready, reason: None };
+    for m in &models {
+        assert_eq!(h.view(&m.key, m.uid.as_str()).published, ready, "{}", m.key);
+    }
+}
+
+#[test]
+fn a_copy_the_scan_could_not_read_is_not_taken_for_gone() {
+    // downloads.md: a scan error never triggers a re-download. No marker shown at the copy's
+    // path, but the scan could not read the subtree it lies in (or the root): its models stay
+    // Ready and fetch nothing.
+    for unread in [&["_artifacts"][..], &["_artifacts/org"], &[COPY], &["x", ""]] {
+        let (_, _, _, e) = copy_not_shown(unread);
+        assert_eq!(updating(&e), 0, "unread {unread:?}: {e:?}");
+        assert!(!e.iter().any(|e| matches!(e.op, Op::Download { .. })), "unread {unread:?}: {e:?}");
+    }
+    // A directory whose name only begins like the copy's parent is not its parent.
+    let (_, _, _, e) = copy_not_shown(&["_artifacts/o", "_artifacts/org/repo2"]);
+    assert_eq!(updating(&e), 3, "{e:?}");
+}

@@ -42,9 +42,15 @@ pub(super) fn repo_bytes(hub: &FakeHub, repo: &str) -> u64 {
 
 /// The agent pointed at `hub`, reporting progress every half second.
 pub(super) fn agent(hub: &FakeHub, n: &str, root: &Path) -> Agent {
+    agent_with(hub, n, root, &[])
+}
+
+/// `agent` with more flags.
+pub(super) fn agent_with(hub: &FakeHub, n: &str, root: &Path, extra: &[&str]) -> Agent {
     let mut command = Command::new(env!("CARGO_BIN_EXE_model-agent"));
     command.env("HF_ENDPOINT", hub.endpoint()).env_remove("HF_TOKEN");
-    Agent::launch(command, &var("AGENT_KUBECONFIG"), n, root, &["--download-progress-period-ms", "500"])
+    let flags: Vec<&str> = ["--download-progress-period-ms", "500"].iter().chain(extra).copied().collect();
+    Agent::launch(command, &var("AGENT_KUBECONFIG"), n, root, &flags)
 }
 
 /// A ClusterBaseModel of `uri` into `dest`, placed on `n`; `storage_extra` goes into `storage`.

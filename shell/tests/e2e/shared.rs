@@ -6,7 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::hf::{BIG, BIG_BYTES, OTHER_REPO, REPO, agent, assert_files_match, hub, repo_bytes, trash_entries};
+use super::hf::{
+    BIG, BIG_BYTES, OTHER_REPO, REPO, agent, agent_with, assert_files_match, hub, repo_bytes, trash_entries,
+};
 use super::{apply, apply_changed_crds, entries, kubectl, labels, node, scratch, wait_until};
 
 /// A model of `hf://REPO` at `path`, placed on `n`: `kind_meta` is the kind and metadata lines.
@@ -299,5 +301,45 @@ fn t34_a_co_owner_placed_again_after_the_other_trashed_the_path_downloads_it_aga
     assert_files_match(&hub, REPO, &same);
     kubectl(&["delete", "clusterbasemodel", "e2e-back-a"]);
     wait_until("the path trashed", Duration::from_secs(30), || !same.exists());
+    agent.stop();
+}
+
+/// A shared copy removed by hand (upstream #834's drift, for a copy): the next drift pass reads
+/// the whole root and finds no marker at the copy's path, so its two models go Updating, fetch it
+/// again (one download between them) and are Ready on it, their links unchanged.
+#[test]
+#[ignore = "needs a real kube-apiserver: run by scripts/e2e"]
+fn t38_a_shared_copy_removed_by_hand_is_fetched_again() {
+    super::setup();
+    let n = "e2e-share-gone";
+    node(n);
+    let hub = hub();
+    let root = scratch("e2e-share-gone-root");
+    let agent = agent_with(&hub, n, &root, &["--drift-period-ms", "2000"]);
+    let commit = hub.commit_sha(REPO, "c1").unwrap();
+    let copy = root.join(format!("_artifacts/{REPO}/{commit}"));
+    let (g, h) = (root.join("g/qwen"), root.join("h/qwen"));
+    apply(&cluster_model("e2e-share-gone-g", n, &g, "ReuseIfExists"));
+    apply(&cluster_model("e2e-share-gone-h", n, &h, "ReuseIfExists"));
+    let keys = ["models.ome.io/clusterbasemodel.e2e-share-gone-g", "models.ome.io/clusterbasemodel.e2e-share-gone-h"];
+    wait_until("both Ready", Duration::from_secs(90), || keys.iter().all(|l| ready(n, l)));
+    assert_files_match(&hub, REPO, &copy);
+    let target = format!("../_artifacts/{REPO}/{commit}");
+    let before = bytes_served(&hub);
+
+    std::fs::remove_dir_all(&copy).unwrap();
+    wait_until("a drift pass sends them to fetch it again", Duration::from_secs(30), || {
+        keys.iter().any(|l| labels(n).get(*l).is_some_and(|v| v == "Updating"))
+    });
+    wait_until("the copy back, both Ready on it", Duration::from_secs(90), || {
+        copy.join(".model-agent-owner").exists() && keys.iter().all(|l| ready(n, l))
+    });
+    assert_files_match(&hub, REPO, &copy);
+    let (refetched, repo) = (bytes_served(&hub) - before, repo_bytes(&hub, REPO));
+    assert!(refetched >= repo && refetched < repo + repo / 10, "one download: {refetched} bytes for {repo}");
+    for link in [&g, &h] {
+        assert_eq!(link_text(link).as_deref(), Some(target.as_str()), "{}", link.display());
+    }
+    assert_eq!(trash_entries(&root), 0, "nothing trashed");
     agent.stop();
 }
