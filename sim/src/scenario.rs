@@ -740,6 +740,7 @@ pub fn swarm_knobs(seed: u64, nodes: Option<usize>, models: Option<usize>) -> Sw
         wipe: p.up_to(100),
         source: 0,
         reserve: 0,
+        remove_copies: 0,
     };
     let mut k = SwarmKnobs {
         nodes,
@@ -755,6 +756,7 @@ pub fn swarm_knobs(seed: u64, nodes: Option<usize>, models: Option<usize>) -> Sw
     // none in half of the seeds, 2-15 % a minute in the others.
     k.weights.source = if p.up_to(1) == 0 { 0 } else { 20 + p.up_to(130) };
     k.weights.reserve = if p.up_to(1) == 0 { 0 } else { 20 + p.up_to(180) };
+    k.weights.remove_copies = if p.up_to(1) == 0 { 0 } else { 10 + p.up_to(90) };
     k
 }
 
@@ -782,8 +784,9 @@ pub fn swarm_run_knobs(seed: u64, k: SwarmKnobs) -> (Report, World, SwarmKnobs) 
     let mut next_name = k.models;
     // `Action::Source` is drawn from a PRNG of its own: a seed that draws none runs as before.
     let mut q = Prng::new(seed ^ 0x50_0CE);
-    // As is `Action::Reserve`.
+    // As are `Action::Reserve` and `Action::RemoveCopies`.
     let mut r = Prng::new(seed ^ 0x2E_5E2E);
+    let mut c = Prng::new(seed ^ 0xC0_91E5);
     start_fleet(&mut w);
     w.read_timeout_permille = k.read_timeout_permille;
     let latency = vocab::Action::Latency { read_ms_max: k.read_ms_max, node_watch_ms_max: k.node_watch_ms_max };
@@ -794,6 +797,7 @@ pub fn swarm_run_knobs(seed: u64, k: SwarmKnobs) -> (Report, World, SwarmKnobs) 
         // Ready than right after the minute's creates and faults).
         let extra = vocab::draw_source(&mut q, &k.weights, k.nodes).into_iter();
         let extra = extra.chain(vocab::draw_reserve(&mut r, &k.weights));
+        let extra = extra.chain(vocab::draw_remove_copies(&mut c, &k.weights, k.nodes));
         for a in extra.chain(minute) {
             vocab::apply(&mut w, &a);
         }

@@ -107,6 +107,11 @@ pub enum Action {
     Reserve {
         pick: usize,
     },
+    /// An operator removes the node's shared copies (`_artifacts/...`) by hand, markers and
+    /// all; the links to them stay. The agent must fetch them again for the models using them.
+    RemoveCopies {
+        node: usize,
+    },
 }
 
 /// The directory every model of shape 5 names, and the two sources [`Action::Source`] moves
@@ -220,6 +225,7 @@ pub fn apply(w: &mut World, a: &Action) {
         Action::Wait { ms } => w.run_for(ms),
         Action::Source { pick, restart } => switch_source(w, pick, restart),
         Action::Reserve { pick } => toggle_reserve(w, pick),
+        Action::RemoveCopies { node } => w.remove_copies_by_hand(node),
     }
 }
 
@@ -285,6 +291,8 @@ pub struct Weights {
     pub source: u64,
     /// [`Action::Reserve`], drawn by [`draw_reserve`].
     pub reserve: u64,
+    /// [`Action::RemoveCopies`], drawn by [`draw_remove_copies`].
+    pub remove_copies: u64,
 }
 
 /// What the swarm draws for one minute of a run over `nodes` nodes and the model names in
@@ -357,4 +365,10 @@ pub fn draw_source(q: &mut Prng, wt: &Weights, nodes: usize) -> Option<Action> {
 /// [`draw_source`]).
 pub fn draw_reserve(r: &mut Prng, wt: &Weights) -> Option<Action> {
     (r.up_to(999) < wt.reserve).then(|| Action::Reserve { pick: r.up_to(63) as usize })
+}
+
+/// What the swarm draws of [`Action::RemoveCopies`] for one minute, from a PRNG of its own (as
+/// [`draw_source`]).
+pub fn draw_remove_copies(c: &mut Prng, wt: &Weights, nodes: usize) -> Option<Action> {
+    (c.up_to(999) < wt.remove_copies).then(|| Action::RemoveCopies { node: c.up_to(nodes as u64 - 1) as usize })
 }

@@ -198,6 +198,8 @@ pub struct Counters {
     pub links_made: u64,
     pub unlinks: u64,
     pub copies_trashed: u64,
+    /// Shared copies removed by hand (`Action::RemoveCopies`).
+    pub copies_removed_by_hand: u64,
     /// Downloads the simulated shell refused before the core's first snapshot because the
     /// marker names a uid it was not given, over files of another source (`HeldFromOtherSource`).
     pub other_source_refusals: u64,
@@ -334,6 +336,10 @@ pub struct World {
     /// a download completes there: the marker may no longer name it (given up, rewritten) while
     /// the files are still its.
     reserved_paths: Vec<BTreeMap<String, Uid>>,
+    /// Per node, shared copies removed by hand (`Action::RemoveCopies`) and not downloaded since:
+    /// a Ready label on one is not held against the agent, which learns of the removal at its
+    /// next drift pass (the end of a run checks that it did).
+    removed_by_hand: Vec<BTreeSet<String>>,
 }
 
 impl World {
@@ -391,6 +397,7 @@ impl World {
             source_changed_at: BTreeMap::new(),
             reserved_deleted_at: BTreeMap::new(),
             reserved_paths: vec![BTreeMap::new(); nodes],
+            removed_by_hand: vec![BTreeSet::new(); nodes],
         }
     }
 
@@ -838,6 +845,7 @@ impl World {
         let before = self.nodes[node].files.insert(path.to_string(), Arc::from(storage_uri));
         // A live model downloaded there since: the files are its now.
         self.reserved_paths[node].remove(path);
+        self.removed_by_hand[node].remove(path);
         if let (Some(before), Some(marked)) = (before, marked) {
             self.check_replaced(node, path, (uid, storage_uri), (&before, &marked));
         }
@@ -942,6 +950,9 @@ impl World {
             }
         };
         let Some((source, dir)) = claim else { return };
+        if self.removed_by_hand[node].contains(dir) {
+            return;
+        }
         let held = self.nodes[node].files.get(dir);
         // A shared copy's path names its commit: whoever downloaded it, it is this one's.
         if held.is_some_and(|h| **h == *source || is_copy(dir)) {
@@ -1448,6 +1459,20 @@ impl World {
         self.node_changed(node);
     }
 
+    /// An operator removes the node's shared copies by hand: their directories, files and
+    /// markers (`rm -rf _artifacts/...`); the links to them stay, dangling.
+    pub fn remove_copies_by_hand(&mut self, node: usize) {
+        let n = &mut self.nodes[node];
+        let copies: BTreeSet<String> = n.dirs.keys().chain(n.files.keys()).filter(|p| is_copy(p)).cloned().collect();
+        for path in &copies {
+            n.dirs.remove(path);
+            n.files.remove(path);
+            n.prune_reserved_marks(path);
+        }
+        self.counters.copies_removed_by_hand += copies.len() as u64;
+        self.removed_by_hand[node].extend(copies);
+    }
+
     /// Every label of the node vanishes for `ms` (node-feature-discovery #1802): its watch and
     /// live GETs show none, then they all come back. Overlapping wipes extend each other.
     pub fn wipe_node_labels(&mut self, node: usize, ms: u64) {
@@ -1652,6 +1677,10 @@ impl World {
                 let own = n.dirs.get(dir).is_some_and(|marker| marker.contains(&e.uid));
                 if !linked && !own {
                     problems.push((node, Some(e.key.clone()), format!("{dir} does not link to the copy {copy}")));
+                }
+                // Ready on a copy that is gone (removed by hand, say): it must have been fetched again.
+                if linked && !n.files.contains_key(copy) {
+                    problems.push((node, Some(e.key.clone()), format!("Ready on the copy {copy}, which is not there")));
                 }
             }
         }

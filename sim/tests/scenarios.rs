@@ -84,19 +84,22 @@ fn one_seed_reproduces_a_run_and_another_differs() {
 
 #[test]
 fn swarm_of_50_seeds_passes() {
-    let (mut cancelled, mut links, mut copies_trashed) = (0, 0, 0);
+    let (mut cancelled, mut links, mut copies_trashed, mut removed_by_hand) = (0, 0, 0, 0);
     for seed in 0..50 {
         let (r, world, knobs) = scenario::swarm_run(seed, None, None);
         assert!(r.clean(), "seed {seed} ({knobs:?}): {:#?}", r.invariant_violations);
         cancelled += world.counters.downloads_cancelled;
         links += world.counters.links_made;
         copies_trashed += world.counters.copies_trashed;
+        removed_by_hand += world.counters.copies_removed_by_hand;
     }
     // The swarm covers a delete or placement exit during a download (the simulator checks the
     // directory is trashed only after the download stopped).
     assert!(cancelled > 0, "no seed cancelled a download");
     // And shared copies: models linked to one, and copies that lost their last user trashed.
     assert!(links > 0 && copies_trashed > 0, "links {links}, copies trashed {copies_trashed}");
+    // And copies removed by hand, which the end of each run finds fetched again.
+    assert!(removed_by_hand > 0, "no seed removed a copy by hand");
 }
 
 #[test]
