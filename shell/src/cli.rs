@@ -58,7 +58,7 @@ pub struct Cli {
     #[arg(long, help_heading = "Node and cluster")]
     pub kubeconfig: Option<String>,
     /// How often the agent compares what the node shows (labels, ConfigMap entries, directories
-    /// under the models root) with what it believes, and repairs the difference (at least 1000)
+    /// under the models root) with what it believes, and repairs the difference (at least 60000)
     #[arg(long = "drift-period-ms", default_value_t = 300_000, value_parser = drift_period, help_heading = "Node and cluster")]
     pub drift_period_ms: u64,
     /// Fill a Ready model's empty spec metadata fields from its config files (needs
@@ -134,9 +134,11 @@ fn positive<T: std::str::FromStr + PartialOrd + Default>(v: &str) -> Result<T, S
     }
 }
 
-/// A drift pass reads the Node, the ConfigMap and the models root's tree: not more than once a
-/// second.
-const DRIFT_PERIOD_MS_MIN: u64 = 1_000;
+/// A drift pass answers within 50 s: two API reads of at most 10 s each
+/// (`kubeio::LIVE_READ_TIMEOUT`) and a scan of at most 30 s (`fsgate::TRASH_DEADLINE`). A
+/// shorter period would replace snapshots before they answer (the core keeps one outstanding),
+/// and on a slow root none would ever land. The jitter takes up to a tenth off a period.
+pub const DRIFT_PERIOD_MS_MIN: u64 = 60_000;
 
 fn drift_period(v: &str) -> Result<u64, String> {
     match v.parse::<u64>() {
@@ -197,7 +199,15 @@ mod tests {
         assert_eq!((c.files_concurrency, c.write_check), (CONCURRENCY_MAX, WriteCheck::Never));
         assert_eq!(c.bind_address.to_string(), "::1");
         assert!(c.log_json());
-        assert_eq!(parse("--drift-period-ms 1000").unwrap().drift_period_ms, 1_000);
+        assert_eq!(parse("--drift-period-ms 60000").unwrap().drift_period_ms, 60_000);
+    }
+
+    #[test]
+    fn a_drift_pass_answers_before_the_next_one_at_the_shortest_period() {
+        let answer_ms = 2 * crate::kubeio::LIVE_READ_TIMEOUT.as_millis() + crate::fsgate::TRASH_DEADLINE.as_millis();
+        // The core takes up to a tenth off a period (jitter).
+        let soonest_ms = u128::from(DRIFT_PERIOD_MS_MIN - DRIFT_PERIOD_MS_MIN / 10);
+        assert!(answer_ms < soonest_ms, "a pass may take {answer_ms} ms, the next comes after {soonest_ms} ms");
     }
 
     #[test]
@@ -210,8 +220,8 @@ mod tests {
         assert!(error("--log-format xml").contains("text"));
         assert!(error("--metrics-bind-address :8080").contains("the port is --port"));
         assert!(error("--multipart-threshold 0").contains("positive"));
-        assert!(error("--drift-period-ms 999").contains("at least 1000"));
-        assert!(error("--drift-period-ms soon").contains("at least 1000"));
+        assert!(error("--drift-period-ms 59999").contains("at least 60000"));
+        assert!(error("--drift-period-ms soon").contains("at least 60000"));
         assert!(error("inspect /m").contains("unexpected argument"), "a subcommand only as the first word");
     }
 

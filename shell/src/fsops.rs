@@ -457,23 +457,24 @@ pub fn scan(root: &Path) -> (Vec<OwnedDir>, Vec<String>, Vec<String>) {
         if entries.len() >= SCAN_ENTRIES_PER_DIR_MAX {
             unread.push(rel.clone());
         }
+        // Opened by name, not looked for in the listing: a marker rewritten (renamed over)
+        // while the directory is listed may be left out of the listing on some filesystems.
+        match read_marker_in(&dir, &rel) {
+            Ok(Some(m)) => {
+                let dir = |uid: &str| OwnedDir { path: rel.clone(), uid: Uid::new(uid), reserved: m.is_reserved(uid) };
+                owned.extend(m.uids().map(dir));
+            }
+            Ok(None) => {}
+            Err(_) => unread.push(rel.clone()),
+        }
         for (name, kind) in entries {
-            if depth == 0 && name == TRASH {
+            if (depth == 0 && name == TRASH) || name == MARKER {
                 continue;
             }
-            if name == MARKER {
-                match read_marker_in(&dir, &rel) {
-                    Ok(Some(m)) => {
-                        let dir = |uid: &str| OwnedDir {
-                            path: rel.clone(),
-                            uid: Uid::new(uid),
-                            reserved: m.is_reserved(uid),
-                        };
-                        owned.extend(m.uids().map(dir));
-                    }
-                    Ok(None) => {}
-                    Err(_) => unread.push(rel.clone()),
-                }
+            if in_copies(&rel, &name) && is_symlink_entry(&dir, &name, kind) {
+                // Shared copies moved to another disk behind a symlink: never followed, so what
+                // they hold is unknown, not gone (their models keep their fetch).
+                unread.push(if rel.is_empty() { name } else { format!("{rel}/{name}") });
             } else if is_dir_entry(&dir, &name, kind) {
                 let child = if rel.is_empty() { name } else { format!("{rel}/{name}") };
                 // Below the deepest level walked, a directory is not read: unknown, not empty.
@@ -499,6 +500,23 @@ pub const SCAN_UNREAD_MAX: usize = 1_000;
 
 /// Entries read from one directory at most by a snapshot scan.
 pub const SCAN_ENTRIES_PER_DIR_MAX: usize = 100_000;
+
+/// Entry `name` of directory `rel` is the shared copies' folder or lies in it. (Elsewhere a
+/// symlink is most often a model's link to its copy: not reported, or a node of a thousand
+/// models would count its whole root unread.)
+fn in_copies(rel: &str, name: &str) -> bool {
+    let folder = crate::links::ARTIFACTS;
+    (rel.is_empty() && name == folder)
+        || rel.strip_prefix(folder).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+fn is_symlink_entry(dir: &OwnedFd, name: &str, kind: Option<Type>) -> bool {
+    match kind {
+        Some(t) => t == Type::Symlink,
+        None => fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFLNK),
+    }
+}
 
 fn is_dir_entry(dir: &OwnedFd, name: &str, kind: Option<Type>) -> bool {
     match kind {
@@ -718,7 +736,19 @@ mod tests {
         write_marker(&root, &deep, &marker("u9")).unwrap();
         let (owned, _, unread) = scan(&root);
         assert!(!owned.iter().any(|d| d.uid.as_str() == "u9"), "{owned:?}");
-        assert_eq!(unread, [deep]);
+        assert_eq!(unread, std::slice::from_ref(&deep));
+        // Shared copies behind a symlink (moved to another disk) are not followed: unread. A
+        // model's link elsewhere (`link` above) is not reported.
+        let elsewhere = tmp("scan-unread-elsewhere");
+        fs::create_dir_all(elsewhere.join("org/repo/c1")).unwrap();
+        fs::create_dir_all(root.join("_artifacts/o2")).unwrap();
+        std::os::unix::fs::symlink(elsewhere.join("org"), root.join("_artifacts/org")).unwrap();
+        std::os::unix::fs::symlink(elsewhere.join("org/repo"), root.join("_artifacts/o2/repo")).unwrap();
+        let (_, _, unread) = scan(&root);
+        assert_eq!(unread, ["_artifacts/o2/repo", "_artifacts/org", &deep]);
+        fs::remove_dir_all(root.join("_artifacts")).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, root.join("_artifacts")).unwrap();
+        assert_eq!(scan(&root).2, ["_artifacts", &deep]);
     }
 
     #[test]

@@ -485,8 +485,14 @@ async fn write_configmap(client: &Client, node: &str, namespace: &str, batch: &[
 
 /// What is on the node and in its ConfigMap now (API part of a drift snapshot).
 pub async fn snapshot_api(client: &Client, node: &str, namespace: &str) -> Result<DriftSnapshot, String> {
+    // Each read bounded like a live read: a drift pass answers within the period's floor
+    // (`cli::DRIFT_PERIOD_MS_MIN`), so the next pass never replaces it unanswered.
+    let timed_out = |what: String| format!("{what} timed out after {} s", LIVE_READ_TIMEOUT.as_secs());
     let nodes: Api<Node> = Api::all(client.clone());
-    let n = nodes.get(node).await.map_err(|e| format!("GET node {node}: {e}"))?;
+    let n = tokio::time::timeout(LIVE_READ_TIMEOUT, nodes.get(node))
+        .await
+        .map_err(|_| timed_out(format!("GET node {node}")))?
+        .map_err(|e| format!("GET node {node}: {e}"))?;
     let labels = n
         .metadata
         .labels
@@ -496,7 +502,10 @@ pub async fn snapshot_api(client: &Client, node: &str, namespace: &str) -> Resul
         .map(|(k, v)| (Arc::from(k), Arc::from(v)))
         .collect();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-    let cm = cms.get_opt(node).await.map_err(|e| format!("GET configmap {namespace}/{node}: {e}"))?;
+    let cm = tokio::time::timeout(LIVE_READ_TIMEOUT, cms.get_opt(node))
+        .await
+        .map_err(|_| timed_out(format!("GET configmap {namespace}/{node}")))?
+        .map_err(|e| format!("GET configmap {namespace}/{node}: {e}"))?;
     let entries = cm
         .and_then(|c| c.data)
         .unwrap_or_default()

@@ -486,18 +486,6 @@ fn observe_incarnation(inc: &mut Incarnation, seen: &Seen, label_is_its: bool, d
             inc.fetched = Fetched::No;
             changed = true;
         }
-        // The same for a shared copy, whose marker need not name every model using it: no
-        // marker at the copy's path at all, where the scan read everything.
-        (_, Fetched::Done(done))
-            if matches!(done.plan, Plan::Shared { .. })
-                && done
-                    .plan
-                    .fetch_into()
-                    .is_some_and(|(_, copy)| !dirs.marked.contains(copy) && !dirs.may_miss(copy)) =>
-        {
-            inc.fetched = Fetched::No;
-            changed = true;
-        }
         // The snapshot shows a marker at its path that does not name it (another uid's download
         // took the path): it owns nothing there, and keeps no one else's weights as its own.
         // Only on that evidence: a scan that missed the marker proves nothing. A shared copy's
@@ -507,6 +495,16 @@ fn observe_incarnation(inc: &mut Incarnation, seen: &Seen, label_is_its: bool, d
             changed = true;
         }
         _ => {}
+    }
+    // The same for a shared copy, whose marker need not name every model using it: no marker
+    // at the copy's path at all, where the scan read everything. Apart from the match: a marker
+    // naming it elsewhere (an old download of its own) does not put this off a drift period.
+    if let Fetched::Done(done) = &inc.fetched
+        && matches!(done.plan, Plan::Shared { .. })
+        && done.plan.fetch_into().is_some_and(|(_, copy)| !dirs.marked.contains(copy) && !dirs.may_miss(copy))
+    {
+        inc.fetched = Fetched::No;
+        changed = true;
     }
     changed
 }

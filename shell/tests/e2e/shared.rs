@@ -10,6 +10,7 @@ use super::hf::{
     BIG, BIG_BYTES, OTHER_REPO, REPO, agent, agent_with, assert_files_match, hub, repo_bytes, trash_entries,
 };
 use super::{apply, apply_changed_crds, entries, kubectl, labels, node, scratch, wait_until};
+use model_agent_fakehub::Fault;
 
 /// A model of `hf://REPO` at `path`, placed on `n`: `kind_meta` is the kind and metadata lines.
 fn model_yaml(kind_meta: &str, n: &str, path: &Path, policy: &str) -> String {
@@ -315,7 +316,8 @@ fn t38_a_shared_copy_removed_by_hand_is_fetched_again() {
     node(n);
     let hub = hub();
     let root = scratch("e2e-share-gone-root");
-    let agent = agent_with(&hub, n, &root, &["--drift-period-ms", "2000"]);
+    // The shortest drift period the flag takes (`cli::DRIFT_PERIOD_MS_MIN`).
+    let agent = agent_with(&hub, n, &root, &["--drift-period-ms", "60000"]);
     let commit = hub.commit_sha(REPO, "c1").unwrap();
     let copy = root.join(format!("_artifacts/{REPO}/{commit}"));
     let (g, h) = (root.join("g/qwen"), root.join("h/qwen"));
@@ -327,8 +329,16 @@ fn t38_a_shared_copy_removed_by_hand_is_fetched_again() {
     let target = format!("../_artifacts/{REPO}/{commit}");
     let before = bytes_served(&hub);
 
+    // The fetch again stalls 3 s on the big file, so the Updating labels are there to be seen.
+    hub.faults().add(Fault::Stall {
+        repo: REPO.into(),
+        path: BIG.into(),
+        after_bytes: 1 << 20,
+        stall_ms: 3_000,
+        count: 1,
+    });
     std::fs::remove_dir_all(&copy).unwrap();
-    wait_until("a drift pass sends them to fetch it again", Duration::from_secs(30), || {
+    wait_until("a drift pass sends them to fetch it again", Duration::from_secs(90), || {
         keys.iter().any(|l| labels(n).get(*l).is_some_and(|v| v == "Updating"))
     });
     wait_until("the copy back, both Ready on it", Duration::from_secs(90), || {
