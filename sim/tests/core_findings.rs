@@ -212,3 +212,15 @@ fn swarm_seeds_that_remove_copies_by_hand_find_them_fetched_again() {
         assert!(r.clean(), "seed {seed} ({knobs:?}): {:#?}", r.invariant_violations);
     }
 }
+
+/// Found on 2026-12-07 by a review's wider run of the swarm (seeds 4,000-19,999; it fails at the
+/// session's start too): reserved ClusterBaseModel `v-0002` and BaseModel `v-0004` shared an
+/// `oci://` directory; `v-0004` left the node, then `v-0002` was deleted and gave the directory
+/// up keeping `v-0004`, alive but away, in the marker; `v-0004`'s delete later made the
+/// directory an orphan's, and the sweep trashed the weights `v-0002`'s label kept. A disown now
+/// keeps only uids that may stay on the node, and reserved ones (`State::fill_disowns`).
+#[test]
+fn swarm_seed_12709_keeps_a_reserved_model_s_weights_after_its_co_owner_left() {
+    let (r, _, knobs) = model_agent_sim::scenario::swarm_run(12_709, None, None);
+    assert!(r.clean(), "({knobs:?}): {:#?}", r.invariant_violations);
+}

@@ -288,10 +288,14 @@ impl State {
     }
 
     /// Each `Op::DisownDir` of the step keeps in the marker the uids of the directory (its
-    /// members and what its marker is known to name) that may be of live models: a known
-    /// incarnation not confirmed gone, or, before every kind is listed, a uid no known model
-    /// has. Any other uid in the marker is of a model gone, and would make the directory an
-    /// orphan's. Filled when every record of the step is settled, so that no live model is left
+    /// members and what its marker is known to name) that may be of live models placed here: a
+    /// known incarnation neither withdrawn from this node nor confirmed gone (or reserved and
+    /// not confirmed gone: away, it keeps its directory), or, before every kind is listed, a
+    /// uid no known model has. Any other uid in the marker is of a model gone,
+    /// and would make the directory an orphan's; or of one away from the node, whose delete
+    /// would then make the files the disowning reserved model kept an orphan's (swarm seed
+    /// 12709). A marker left naming no one goes: a directory without one is never trashed, and
+    /// a model placed again adopts it. Filled when every record of the step is settled, so that no live model is left
     /// out for the order in which keys settle (a second review found that hole in a `keep` read
     /// during settling).
     pub(super) fn fill_disowns(&self, st: &mut Step) {
@@ -304,15 +308,17 @@ impl State {
             .iter()
             .filter_map(|e| if let Op::DisownDir { path, .. } = &e.op { Some(path.clone()) } else { None })
             .collect();
-        // One pass over the records: which uids are alive, and which live models' specs name a
+        // One pass over the records: which uids may stay here, and which such models' specs name a
         // disowned path (such a model may be in the marker though the record does not say so:
         // a download that kept the marker's uids before the first snapshot).
-        let mut alive: FxHashMap<&Uid, bool> = FxHashMap::default();
+        let mut staying: FxHashMap<&Uid, bool> = FxHashMap::default();
         let mut naming: Vec<(&str, &Uid)> = Vec::new();
         for inc in self.slots.values().flat_map(|s| s.all()) {
-            *alive.entry(inc.uid()).or_default() |= !inc.is_confirmed();
+            // A reserved model away keeps its directory while it lives (a second review).
+            let stays = inc.may_stay() || (inc.is_reserved() && !inc.is_confirmed());
+            *staying.entry(inc.uid()).or_default() |= stays;
             let dest = inc.dest.as_ref().ok().and_then(|d| d.as_ref()?.beneath_root());
-            if let Some(path) = dest.filter(|d| !inc.is_confirmed() && paths.iter().any(|p| p == d)) {
+            if let Some(path) = dest.filter(|d| stays && paths.iter().any(|p| p == d)) {
                 naming.push((path, inc.uid()));
             }
         }
@@ -321,9 +327,9 @@ impl State {
             let Op::DisownDir { uid, path, keep, .. } = &mut e.op else { continue };
             let using = self.dirs.get(path.as_str());
             let recorded = using.into_iter().flat_map(|d| d.marked.iter().chain(d.members.iter().map(|m| &m.uid)));
-            let recorded_live = recorded.filter(|u| alive.get(*u).copied().unwrap_or(!synced));
+            let recorded_staying = recorded.filter(|u| staying.get(*u).copied().unwrap_or(!synced));
             let named = naming.iter().filter(|(p, _)| *p == path.as_str()).map(|(_, u)| *u);
-            let mut kept: Vec<Uid> = recorded_live.chain(named).filter(|u| *u != uid).cloned().collect();
+            let mut kept: Vec<Uid> = recorded_staying.chain(named).filter(|u| *u != uid).cloned().collect();
             kept.sort();
             kept.dedup();
             *keep = kept;

@@ -1622,3 +1622,36 @@ fn a_copy_the_scan_could_not_read_is_not_taken_for_gone() {
     let (_, _, _, e) = copy_not_shown(&["_artifacts/o", "_artifacts/org/repo2"]);
     assert_eq!(updating(&e), 3, "{e:?}");
 }
+
+// Swarm seed 12709: reserved `b` and `a` shared a directory; `a` left the node, then `b` was
+// deleted and gave the directory up keeping `a`, alive but away, in the marker. `a`'s delete
+// later made the directory an orphan's, and the sweep trashed the weights `b` kept. A disown now
+// keeps only the uids that may stay on the node (and reserved ones, which keep their directory
+// while away); a marker left naming no one goes, and a directory without one is never trashed.
+#[test]
+fn a_reserved_model_s_disown_keeps_no_co_owner_that_left_the_node() {
+    let (a, b) = pair_at_shared();
+    let b = reserved(b);
+    let (gpu, cpu) = gpu_and_cpu();
+    let both = [a.clone(), b.clone()];
+    let mut seen = marked_at_shared(&["a1", "b1"], false);
+    let mut h = H::new();
+    let e = h.start_on(gpu, true, both.to_vec());
+    run(&mut h, e, &mut seen, &[], &both);
+    let e = leave_node(&mut h, &a, cpu);
+    run(&mut h, e, &mut seen, &[], &both);
+    assert_eq!(h.view(&a.key, "a1").life, Life::Withdrawn);
+    let e = delete(&mut h, &b);
+    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&a));
+    assert_eq!(seen.disowned, vec![("b1".to_string(), "shared".to_string())]);
+    let named = seen.markers.as_ref().unwrap().get("shared");
+    assert!(named.is_none_or(|n| !n.contains("a1")), "a1, away, kept in the marker: {named:?}");
+    // `a` is deleted too, and sweeps pass: `b`'s weights stay.
+    let e = delete(&mut h, &a);
+    run(&mut h, e, &mut seen, &[], &[]);
+    for _ in 0..3 {
+        let e = h.advance(300_000);
+        run(&mut h, e, &mut seen, &[], &[]);
+    }
+    assert!(seen.trashed.is_empty(), "the weights reserved b1 kept trashed: {:?}", seen.trashed);
+}
