@@ -224,3 +224,15 @@ fn swarm_seed_12709_keeps_a_reserved_model_s_weights_after_its_co_owner_left() {
     let (r, _, knobs) = model_agent_sim::scenario::swarm_run(12_709, None, None);
     assert!(r.clean(), "({knobs:?}): {:#?}", r.invariant_violations);
 }
+
+/// Found with 12709 (fails at the session's start too): at the shared `pair` path, BaseModel
+/// `v-0009` had fetched `hf://org/pair-b`, switched to `hf://org/pair` (Failed: another source
+/// held the path), and ClusterBaseModel `v-0002` then fetched `hf://org/pair` there; `v-0009`
+/// switched back to `pair-b` and, its old fetch still on record, was labelled Ready over
+/// `pair`'s files. A download that lands now takes from the directory's other members what
+/// they fetched there from another source (`State::forget_other_sources_in`).
+#[test]
+fn swarm_seed_14278_is_not_ready_over_files_a_co_owner_fetched_since() {
+    let (r, _, knobs) = model_agent_sim::scenario::swarm_run(14_278, None, None);
+    assert!(r.clean(), "({knobs:?}): {:#?}", r.invariant_violations);
+}

@@ -68,9 +68,38 @@ impl State {
         let fetched_there = |inc: &Incarnation| matches!(&inc.fetched, Fetched::Done(done) if done.plan.fetch_into().is_some_and(|(_, d)| d == dir));
         let keys: Vec<ModelKey> =
             self.slots.iter().filter(|(_, slot)| slot.all().any(fetched_there)).map(|(k, _)| k.clone()).collect();
+        self.forget_fetches(st, keys, fetched_there);
+    }
+
+    /// `uid`'s download from `source` into `dir` landed: what the directory's other members
+    /// fetched there from another source is replaced, and they fetch again (swarm seed 14278:
+    /// a member switched back to the source it had fetched before, and was Ready over the
+    /// other source's files a co-owner had fetched since). Not in a shared copy, whose path
+    /// names its commit.
+    fn forget_other_sources_in(&mut self, st: &mut Step, dir: &str, source: &str, uid: &Uid) {
+        if shared::in_artifacts(dir) {
+            return;
+        }
+        let Some(using) = self.dirs.get(dir).filter(|u| u.members.iter().any(|m| m.uid != *uid)) else { return };
+        let keys: Vec<ModelKey> = using.members.iter().filter(|m| m.uid != *uid).map(|m| m.key.clone()).collect();
+        let replaced = |inc: &Incarnation| {
+            inc.uid() != uid
+                && matches!(&inc.fetched, Fetched::Done(done)
+                    if done.plan.fetch_into().is_some_and(|(s, d)| d == dir && **s != *source))
+        };
+        self.forget_fetches(st, keys, replaced);
+    }
+
+    /// The incarnations of `keys` for which `gone` holds fetch again.
+    fn forget_fetches(&mut self, st: &mut Step, mut keys: Vec<ModelKey>, gone: impl Fn(&Incarnation) -> bool) {
+        keys.dedup();
         for key in keys {
+            // A look first: no copy-on-write path for a key with nothing to forget.
+            if !self.slots.get(&key).is_some_and(|s| s.all().any(&gone)) {
+                continue;
+            }
             let Some(slot) = self.slots.get_mut(&key).map(Arc::make_mut) else { continue };
-            for inc in slot.all_mut().filter(|inc| fetched_there(inc)) {
+            for inc in slot.all_mut().filter(|inc| gone(inc)) {
                 inc.fetched = Fetched::No;
                 inc.changed_seq = st.seq;
             }
@@ -101,9 +130,13 @@ impl State {
                 let mut owners = run.map(|r| r.co_owners).unwrap_or_default();
                 // The run is dropped: the plan is this one's alone, and moves without a copy.
                 let plan = Arc::unwrap_or_clone(plan);
+                let source = plan.fetch_into().map(|(source, _)| Arc::clone(source));
                 if let Some(dir) = fetch_done(inc, (config, prng), now, (plan, reserve), outcome) {
                     owners.push(uid.clone());
                     shared::marked(dirs, &dir, &owners);
+                    if let (Fetched::Done(_), Some(source)) = (&inc.fetched, source) {
+                        self.forget_other_sources_in(st, &dir, &source, &uid);
+                    }
                 }
             }
             (Outcome::Occupied(reason), IncOp::Link { paths }) => {
