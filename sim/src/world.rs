@@ -1669,19 +1669,8 @@ impl World {
                     format!("entry {} is {other:?}, expected {status:?} of {}", e.cm_key, e.uid),
                 )),
             }
-            if status == ModelStatus::Ready
-                && let (Some(dir), Some(copy)) = (&e.dir, &e.copy)
-            {
-                // Its path links to the node's copy, or (something else was there) holds its own.
-                let linked = n.links.get(dir).is_some_and(|l| l.copy == *copy);
-                let own = n.dirs.get(dir).is_some_and(|marker| marker.contains(&e.uid));
-                if !linked && !own {
-                    problems.push((node, Some(e.key.clone()), format!("{dir} does not link to the copy {copy}")));
-                }
-                // Ready on a copy that is gone (removed by hand, say): it must have been fetched again.
-                if linked && !n.files.contains_key(copy) {
-                    problems.push((node, Some(e.key.clone()), format!("Ready on the copy {copy}, which is not there")));
-                }
+            if let Some(problem) = (status == ModelStatus::Ready).then(|| copy_problem(n, e)).flatten() {
+                problems.push((node, Some(e.key.clone()), problem));
             }
         }
         let labels = &self.api.labels[node];
@@ -1851,6 +1840,20 @@ struct Expect {
     spec: Arc<ModelSpec>,
     /// Rank among models whose keys collide: ClusterBaseModel first, then older, then uid.
     rank: (bool, u64, String),
+}
+
+/// What is wrong with the shared copy of `e`, Ready on node `n`: its path must link to the
+/// node's copy, which must be there (one removed by hand must have been fetched again), or
+/// (something else was there) hold its own files.
+fn copy_problem(n: &SimNode, e: &Expect) -> Option<String> {
+    let (Some(dir), Some(copy)) = (&e.dir, &e.copy) else { return None };
+    let linked = n.links.get(dir).is_some_and(|l| l.copy == *copy);
+    let own = n.dirs.get(dir).is_some_and(|marker| marker.contains(&e.uid));
+    match (linked, own) {
+        (false, false) => Some(format!("{dir} does not link to the copy {copy}")),
+        (true, _) if !n.files.contains_key(copy) => Some(format!("Ready on the copy {copy}, which is not there")),
+        _ => None,
+    }
 }
 
 /// Does another live model placed on the node (or reserved, placed or not) hold `e`'s

@@ -126,17 +126,9 @@ impl State {
         st.dirty.push(key.clone());
         match (outcome, what) {
             (outcome, IncOp::Fetch { plan }) => {
-                let reserve = run.as_ref().is_some_and(|r| r.reserve);
-                let mut owners = run.map(|r| r.co_owners).unwrap_or_default();
-                // The run is dropped: the plan is this one's alone, and moves without a copy.
-                let plan = Arc::unwrap_or_clone(plan);
-                let source = plan.fetch_into().map(|(source, _)| Arc::clone(source));
-                if let Some(dir) = fetch_done(inc, (config, prng), now, (plan, reserve), outcome) {
-                    owners.push(uid.clone());
-                    shared::marked(dirs, &dir, &owners);
-                    if let (Fetched::Done(_), Some(source)) = (&inc.fetched, source) {
-                        self.forget_other_sources_in(st, &dir, &source, &uid);
-                    }
+                let landed = fetch_outcome(inc, &uid, (config, prng, dirs), now, (run, plan), outcome);
+                if let Some((dir, source)) = landed {
+                    self.forget_other_sources_in(st, &dir, &source, &uid);
                 }
             }
             (Outcome::Occupied(reason), IncOp::Link { paths }) => {
@@ -260,6 +252,28 @@ fn landed(
         IncOp::Fetch { .. } | IncOp::RecordReserve { .. } => unreachable!("matched before"),
     }
     None
+}
+
+/// A fetch's outcome: recorded (`fetch_done`), and the directory now marked for `uid` noted with
+/// the run's co-owners. Returns that directory and the source, when the fetch landed there.
+fn fetch_outcome(
+    inc: &mut Incarnation,
+    uid: &Uid,
+    (config, prng, dirs): (&Config, &mut Prng, &mut Map<Arc<str>, Arc<shared::DirUse>>),
+    now: Instant,
+    (run, plan): (Option<Box<DownloadRun>>, Arc<Plan>),
+    outcome: Outcome,
+) -> Option<(String, Arc<str>)> {
+    let reserve = run.as_ref().is_some_and(|r| r.reserve);
+    let mut owners = run.map(|r| r.co_owners).unwrap_or_default();
+    // The run is dropped: the plan is this one's alone, and moves without a copy.
+    let plan = Arc::unwrap_or_clone(plan);
+    let source = plan.fetch_into().map(|(source, _)| Arc::clone(source));
+    let dir = fetch_done(inc, (config, prng), now, (plan, reserve), outcome)?;
+    owners.push(uid.clone());
+    shared::marked(dirs, &dir, &owners);
+    let landed = matches!(inc.fetched, Fetched::Done(_));
+    source.filter(|_| landed).map(|source| (dir, source))
 }
 
 /// A check, a download or a resolve ended. Failed: the model is Failed on this node (published,
