@@ -471,17 +471,24 @@ pub fn scan(root: &Path) -> (Vec<OwnedDir>, Vec<String>, Vec<String>) {
             if (depth == 0 && name == TRASH) || name == MARKER {
                 continue;
             }
-            if in_copies(&rel, &name) && is_symlink_entry(&dir, &name, kind) {
+            let child = |name: String| if rel.is_empty() { name } else { format!("{rel}/{name}") };
+            match entry_type(&dir, &name, kind) {
                 // Shared copies moved to another disk behind a symlink: never followed, so what
-                // they hold is unknown, not gone (their models keep their fetch).
-                unread.push(if rel.is_empty() { name } else { format!("{rel}/{name}") });
-            } else if is_dir_entry(&dir, &name, kind) {
-                let child = if rel.is_empty() { name } else { format!("{rel}/{name}") };
-                // Below the deepest level walked, a directory is not read: unknown, not empty.
-                match depth < SCAN_DEPTH_MAX {
-                    true => stack.push((child, depth + 1)),
-                    false => unread.push(child),
+                // they hold is unknown, not gone (their models keep their fetch). Elsewhere a
+                // symlink is most often a model's link to its copy: not reported, or a node of
+                // a thousand models would count its whole root unread.
+                Some(Type::Symlink) => {
+                    let link = child(name);
+                    if model_agent_core::machine::shared::in_artifacts(&link) {
+                        unread.push(link);
+                    }
                 }
+                // Below the deepest level walked, a directory is not read: unknown, not empty.
+                Some(Type::Directory) => match depth < SCAN_DEPTH_MAX {
+                    true => stack.push((child(name), depth + 1)),
+                    false => unread.push(child(name)),
+                },
+                _ => {}
             }
         }
     }
@@ -501,29 +508,17 @@ pub const SCAN_UNREAD_MAX: usize = 1_000;
 /// Entries read from one directory at most by a snapshot scan.
 pub const SCAN_ENTRIES_PER_DIR_MAX: usize = 100_000;
 
-/// Entry `name` of directory `rel` is the shared copies' folder or lies in it. (Elsewhere a
-/// symlink is most often a model's link to its copy: not reported, or a node of a thousand
-/// models would count its whole root unread.)
-fn in_copies(rel: &str, name: &str) -> bool {
-    let folder = crate::links::ARTIFACTS;
-    (rel.is_empty() && name == folder)
-        || rel.strip_prefix(folder).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-}
-
-fn is_symlink_entry(dir: &OwnedFd, name: &str, kind: Option<Type>) -> bool {
-    match kind {
-        Some(t) => t == Type::Symlink,
-        None => fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW)
-            .is_ok_and(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFLNK),
-    }
-}
-
-fn is_dir_entry(dir: &OwnedFd, name: &str, kind: Option<Type>) -> bool {
-    match kind {
-        Some(t) => t == Type::Directory,
-        None => fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW)
-            .is_ok_and(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR),
-    }
+/// An entry's type as the listing gave it, else from one `fstatat` that never follows a link
+/// (anything neither a directory nor a symlink is then `File`); `None` when neither tells.
+fn entry_type(dir: &OwnedFd, name: &str, listed: Option<Type>) -> Option<Type> {
+    listed.or_else(|| {
+        let st = fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
+        match SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT {
+            SFlag::S_IFDIR => Some(Type::Directory),
+            SFlag::S_IFLNK => Some(Type::Symlink),
+            _ => Some(Type::File),
+        }
+    })
 }
 
 #[cfg(test)]
