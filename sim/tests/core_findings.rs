@@ -61,11 +61,9 @@ fn a_delete_during_a_held_placement_exit_is_not_lost() {
 fn swarm_seeds_found_on_wiped_or_restarted_nodes_pass() {
     for seed in [380, 2280, 5_002_019, 5_002_460, 5_003_578, 5_003_689, 5_004_044, 5_004_255, 10_004_629, 10_005_080] {
         // As they ran when found: without `Action::Source`, which came later.
-        let mut knobs = model_agent_sim::scenario::swarm_knobs(seed, None, None);
+        let mut knobs = knobs_as_found(seed);
         knobs.weights.source = 0;
-        knobs.weights.remove_copies = 0;
-        let (r, _, knobs) = model_agent_sim::scenario::swarm_run_knobs(seed, knobs);
-        assert!(r.clean(), "seed {seed} ({knobs:?}): {:#?}", r.invariant_violations);
+        assert_clean_run(seed, knobs);
     }
 }
 
@@ -84,8 +82,7 @@ fn swarm_seeds_found_on_wiped_or_restarted_nodes_pass() {
 fn swarm_seeds_found_by_source_switches_pass() {
     let seeds = [56, 200_000_144, 200_000_284, 200_000_454, 200_001_003, 200_000_490, 200_002_487, 200_000_739];
     for seed in seeds {
-        let (r, _, knobs) = run_as_found(seed);
-        assert!(r.clean(), "seed {seed} ({knobs:?}): {:#?}", r.invariant_violations);
+        assert_clean_run(seed, knobs_as_found(seed));
     }
 }
 
@@ -102,8 +99,7 @@ fn swarm_seeds_found_by_source_switches_pass() {
 #[test]
 fn swarm_seeds_found_by_the_ready_on_its_own_files_check_pass() {
     for seed in [200_000_055, 200_000_217, 200_000_269, 200_000_739] {
-        let (r, _, knobs) = run_as_found(seed);
-        assert!(r.clean(), "seed {seed} ({knobs:?}): {:#?}", r.invariant_violations);
+        assert_clean_run(seed, knobs_as_found(seed));
     }
 }
 
@@ -114,8 +110,7 @@ fn swarm_seeds_found_by_the_ready_on_its_own_files_check_pass() {
 /// (`outcomes::forget_fetches_into`).
 #[test]
 fn swarm_seed_600000047_is_not_ready_on_a_trashed_directory() {
-    let (r, _, knobs) = run_as_found(600_000_047);
-    assert!(r.clean(), "({knobs:?}): {:#?}", r.invariant_violations);
+    assert_clean_run(600_000_047, knobs_as_found(600_000_047));
 }
 
 /// Swarm seed 7,006,201 (found 2026-12-07 running 7,000,000-7,007,999): a model withdrawn from
@@ -125,8 +120,7 @@ fn swarm_seed_600000047_is_not_ready_on_a_trashed_directory() {
 /// read of the Node sent since it began before it trashes a copy such a model may use.
 #[test]
 fn swarm_seed_7006201_keeps_a_copy_on_an_old_node_view() {
-    let (r, _, knobs) = run_as_found(7_006_201);
-    assert!(r.clean(), "({knobs:?}): {:#?}", r.invariant_violations);
+    assert_clean_run(7_006_201, knobs_as_found(7_006_201));
 }
 
 /// Swarm seed 120,008,971 (found running 120,000,000-120,011,999): a ClusterBaseModel and a
@@ -142,11 +136,9 @@ fn swarm_seed_7006201_keeps_a_copy_on_an_old_node_view() {
 #[test]
 fn a_co_owner_s_delete_waits_for_a_fresh_node_witness_before_trashing() {
     // As it ran when found: without `Action::Source` (with it the seed runs otherwise).
-    let mut knobs = model_agent_sim::scenario::swarm_knobs(120_008_971, None, None);
+    let mut knobs = knobs_as_found(120_008_971);
     knobs.weights.source = 0;
-    knobs.weights.remove_copies = 0;
-    let (r, _, knobs) = model_agent_sim::scenario::swarm_run_knobs(120_008_971, knobs);
-    assert!(r.clean(), "({knobs:?}): {:#?}", r.invariant_violations);
+    assert_clean_run(120_008_971, knobs);
 }
 
 /// Found on 2026-12-07 by the swarm's reserve labels (`Action::Reserve`, a PRNG of its own) and
@@ -162,8 +154,7 @@ fn a_co_owner_s_delete_waits_for_a_fresh_node_witness_before_trashing() {
 #[test]
 fn swarm_seeds_found_by_reserve_labels_pass() {
     for seed in [1238, 1486, 200_002_605] {
-        let (r, _, knobs) = run_as_found(seed);
-        assert!(r.clean(), "seed {seed} ({knobs:?}): {:#?}", r.invariant_violations);
+        assert_clean_run(seed, knobs_as_found(seed));
     }
 }
 
@@ -175,8 +166,7 @@ fn swarm_seeds_found_by_reserve_labels_pass() {
 #[test]
 fn swarm_seeds_of_reserved_models_deleted_while_no_agent_ran_pass() {
     for seed in [656, 842] {
-        let (r, _, knobs) = run_as_found(seed);
-        assert!(r.clean(), "seed {seed} ({knobs:?}): {:#?}", r.invariant_violations);
+        assert_clean_run(seed, knobs_as_found(seed));
     }
 }
 
@@ -186,17 +176,22 @@ fn swarm_seeds_of_reserved_models_deleted_while_no_agent_ran_pass() {
 #[test]
 fn swarm_seeds_that_change_reserve_labels_find_them_recorded_in_the_markers() {
     for seed in [0, 1, 7] {
-        let (r, _, knobs) = run_as_found(seed);
-        assert!(r.clean(), "seed {seed} ({knobs:?}): {:#?}", r.invariant_violations);
+        assert_clean_run(seed, knobs_as_found(seed));
     }
 }
 
-/// A seed's swarm run as it ran when found, before `Action::RemoveCopies` existed (drawn last
-/// and from a PRNG of its own, so zero weight runs it as before).
-fn run_as_found(seed: u64) -> (model_agent_sim::scenario::Report, model_agent_sim::world::World, SwarmKnobs) {
+/// A seed's knobs as it ran when found, before `Action::RemoveCopies` existed (drawn last and
+/// from a PRNG of its own, so zero weight runs it as before).
+fn knobs_as_found(seed: u64) -> SwarmKnobs {
     let mut knobs = model_agent_sim::scenario::swarm_knobs(seed, None, None);
     knobs.weights.remove_copies = 0;
-    model_agent_sim::scenario::swarm_run_knobs(seed, knobs)
+    knobs
+}
+
+/// Seed `seed`'s swarm run with `knobs` is clean.
+fn assert_clean_run(seed: u64, knobs: SwarmKnobs) {
+    let (r, _, knobs) = model_agent_sim::scenario::swarm_run_knobs(seed, knobs);
+    assert!(r.clean(), "seed {seed} ({knobs:?}): {:#?}", r.invariant_violations);
 }
 
 /// Found on 2026-12-07 once the swarm removes shared copies by hand (`Action::RemoveCopies`) and
@@ -207,9 +202,9 @@ fn run_as_found(seed: u64) -> (model_agent_sim::scenario::Report, model_agent_si
 #[test]
 fn swarm_seeds_that_remove_copies_by_hand_find_them_fetched_again() {
     for seed in [3, 14, 20] {
-        let (r, _, knobs) = model_agent_sim::scenario::swarm_run(seed, None, None);
+        let knobs = model_agent_sim::scenario::swarm_knobs(seed, None, None);
         assert!(knobs.weights.remove_copies > 0, "seed {seed} removes copies");
-        assert!(r.clean(), "seed {seed} ({knobs:?}): {:#?}", r.invariant_violations);
+        assert_clean_run(seed, knobs);
     }
 }
 
@@ -221,8 +216,7 @@ fn swarm_seeds_that_remove_copies_by_hand_find_them_fetched_again() {
 /// keeps only uids that may stay on the node, and reserved ones (`State::fill_disowns`).
 #[test]
 fn swarm_seed_12709_keeps_a_reserved_model_s_weights_after_its_co_owner_left() {
-    let (r, _, knobs) = model_agent_sim::scenario::swarm_run(12_709, None, None);
-    assert!(r.clean(), "({knobs:?}): {:#?}", r.invariant_violations);
+    assert_clean_run(12_709, model_agent_sim::scenario::swarm_knobs(12_709, None, None));
 }
 
 /// Found with 12709 (fails at the session's start too): at the shared `pair` path, BaseModel
@@ -233,6 +227,5 @@ fn swarm_seed_12709_keeps_a_reserved_model_s_weights_after_its_co_owner_left() {
 /// they fetched there from another source (`State::forget_other_sources_in`).
 #[test]
 fn swarm_seed_14278_is_not_ready_over_files_a_co_owner_fetched_since() {
-    let (r, _, knobs) = model_agent_sim::scenario::swarm_run(14_278, None, None);
-    assert!(r.clean(), "({knobs:?}): {:#?}", r.invariant_violations);
+    assert_clean_run(14_278, model_agent_sim::scenario::swarm_knobs(14_278, None, None));
 }
