@@ -76,6 +76,8 @@ pub struct Ctx {
     pub fs: fsgate::FsGate,
     /// A root probe is in flight (it may be stuck in the kernel): at most one at a time.
     pub probing: Arc<AtomicBool>,
+    /// A drift snapshot's scan is in flight (it may be stuck): at most one at a time.
+    pub scanning: Arc<AtomicBool>,
     pub downloads: Downloads,
     /// Warning events on models that turn Failed here.
     pub events: crate::events::Events,
@@ -105,6 +107,7 @@ impl Ctx {
             fetches: Arc::new(tokio::sync::Semaphore::new(fetch_workers.max(1))),
             spec_bytes_max,
             probing: Default::default(),
+            scanning: Default::default(),
             downloads,
         }
     }
@@ -377,7 +380,8 @@ async fn snapshot(c: &Ctx) -> Result<model_agent_core::machine::DriftSnapshot, S
         Err(e) => return Err(format!("drift snapshot: {e}")),
     };
     let root = c.root.clone();
-    let scanned = c.fs.call("scanning the models root", fsgate::TRASH_DEADLINE, move || fsops::scan(&root)).await;
+    let scan = move || fsops::scan(&root);
+    let scanned = c.fs.call_alone(&c.scanning, "scanning the models root", fsgate::TRASH_DEADLINE, scan).await;
     let (owned, trash, unread) = match scanned {
         Ok(found) => found,
         Err(e) => return Err(format!("drift snapshot: {e}")),
@@ -394,32 +398,19 @@ async fn snapshot(c: &Ctx) -> Result<model_agent_core::machine::DriftSnapshot, S
 /// Probe the models root, at most one probe at a time: while an earlier probe is stuck in the
 /// kernel, the answer is at once that the root has not answered.
 async fn probe_root(c: &Ctx) -> RootProbe {
-    if c.probing.swap(true, Ordering::SeqCst) {
-        return RootProbe::unanswered(format!(
-            "did not answer within {}: an earlier probe has not returned",
-            fsgate::duration_text(fsgate::PROBE_DEADLINE)
-        ));
-    }
-    // Cleared when the probe returns, or when the gate drops it unrun.
-    let (root, probing) = (c.root.clone(), ClearOnDrop(c.probing.clone()));
-    let work = move || {
-        let _probing = probing;
-        fsops::probe_root(&root)
-    };
-    match c.fs.call("probing the models root", fsgate::PROBE_DEADLINE, work).await {
+    let root = c.root.clone();
+    let work = move || fsops::probe_root(&root);
+    match c.fs.call_alone(&c.probing, "probing the models root", fsgate::PROBE_DEADLINE, work).await {
         Ok(probe) => probe,
         Err(e) => {
             warn!(error = %e, "models root probe failed");
-            RootProbe::unanswered(format!("did not answer within {}", fsgate::duration_text(fsgate::PROBE_DEADLINE)))
+            let why =
+                if e.ends_with(fsgate::ONE_BEFORE_UNRETURNED) { ": an earlier probe has not returned" } else { "" };
+            RootProbe::unanswered(format!(
+                "did not answer within {}{why}",
+                fsgate::duration_text(fsgate::PROBE_DEADLINE)
+            ))
         }
-    }
-}
-
-struct ClearOnDrop(Arc<AtomicBool>);
-
-impl Drop for ClearOnDrop {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::SeqCst);
     }
 }
 

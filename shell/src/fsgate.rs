@@ -6,7 +6,7 @@
 //! with calls still stuck (plain threads are not joined, unlike tokio's blocking pool).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// Deadline of a root probe; a probe past it is a failed probe (readiness says so).
@@ -90,6 +90,42 @@ impl FsGate {
     }
 }
 
+impl FsGate {
+    /// `call`, but at most one of a kind at a time, `running` saying one has not returned. A
+    /// call stuck in the kernel would otherwise be joined by one more each time it is asked
+    /// again (a probe every few seconds, a scan every drift period) until they fill the gate
+    /// and every other call on the root is refused; while it is stuck, another fails at once.
+    pub async fn call_alone<T: Send + 'static>(
+        &self,
+        running: &Arc<AtomicBool>,
+        what: &str,
+        deadline: Duration,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, String> {
+        if running.swap(true, Ordering::SeqCst) {
+            return Err(format!("{what}: not started: {ONE_BEFORE_UNRETURNED}"));
+        }
+        // Cleared when the work returns, or when the gate drops it unrun.
+        let clear = ClearOnDrop(running.clone());
+        self.call(what, deadline, move || {
+            let _clear = clear;
+            work()
+        })
+        .await
+    }
+}
+
+/// How `call_alone` ends an error when the call of its kind before has not returned.
+pub const ONE_BEFORE_UNRETURNED: &str = "the one before has not returned";
+
+struct ClearOnDrop(Arc<AtomicBool>);
+
+impl Drop for ClearOnDrop {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
 /// "5 s", or "20 ms" below a second.
 pub fn duration_text(d: Duration) -> String {
     if d >= Duration::from_secs(1) { format!("{} s", d.as_secs()) } else { format!("{} ms", d.as_millis()) }
@@ -129,6 +165,48 @@ mod tests {
         }
         assert_eq!(gate.unreturned(), 0);
         assert_eq!(gate.call("quick", Duration::from_secs(5), || 8).await, Ok(8));
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_call_alone_stuck_in_the_kernel_takes_one_thread_however_often_it_is_asked() {
+        let (gate, scanning) = (FsGate::default(), Arc::new(AtomicBool::new(false)));
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let e = gate.call_alone(&scanning, "scan", Duration::from_millis(20), move || release_rx.recv().is_ok()).await;
+        assert_eq!(e.unwrap_err(), "scan: the models root did not answer within 20 ms");
+        for _ in 0..2 * CALLS_MAX {
+            let e = gate.call_alone(&scanning, "scan", Duration::from_secs(60), || true).await.unwrap_err();
+            assert_eq!(e, "scan: not started: the one before has not returned");
+        }
+        assert_eq!(gate.unreturned(), 1, "only the stuck call holds a thread");
+        // Calls of other kinds still run.
+        assert_eq!(gate.call("probe", Duration::from_secs(5), || 3).await, Ok(3));
+        release_tx.send(()).unwrap();
+        for _ in 0..200 {
+            if !scanning.load(Ordering::SeqCst) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!((gate.unreturned(), scanning.load(Ordering::SeqCst)), (0, false));
+        assert_eq!(gate.call_alone(&scanning, "scan", Duration::from_secs(5), || false).await, Ok(false));
+        assert!(!scanning.load(Ordering::SeqCst), "cleared once the call returned");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_call_alone_refused_by_a_full_gate_leaves_its_kind_free() {
+        let (gate, scanning) = (FsGate::default(), Arc::new(AtomicBool::new(false)));
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let release_rx = Arc::new(std::sync::Mutex::new(release_rx));
+        for _ in 0..CALLS_MAX {
+            let rx = release_rx.clone();
+            let _ = gate.call("stat", Duration::from_millis(5), move || rx.lock().unwrap().recv()).await;
+        }
+        let e = gate.call_alone(&scanning, "scan", Duration::from_secs(5), || ()).await.unwrap_err();
+        assert!(e.starts_with("scan: not started: 8 earlier calls"), "{e}");
+        assert!(!scanning.load(Ordering::SeqCst), "the unrun call does not hold its kind");
+        for _ in 0..CALLS_MAX {
+            release_tx.send(()).unwrap();
+        }
     }
 
     #[tokio::test(flavor = "current_thread")]
