@@ -333,8 +333,9 @@ pub struct World {
     /// may lag), with the instant of the delete.
     reserved_deleted_at: BTreeMap<Uid, u64>,
     /// Per node, directories whose marker named such a uid when it was deleted (path → uid), until
-    /// a download completes there: the marker may no longer name it (given up, rewritten) while
-    /// the files are still its.
+    /// a download completes there or its disown leaves the marker to a live model using the files
+    /// (`used_by_a_kept_uid`): the marker may no longer name it (given up, rewritten) while the
+    /// files are still its.
     reserved_paths: Vec<BTreeMap<String, Uid>>,
     /// Per node, shared copies removed by hand (`Action::RemoveCopies`) and not downloaded since:
     /// a Ready label on one is not held against the agent, which learns of the removal at its
@@ -1164,7 +1165,26 @@ impl World {
             }
             n.prune_reserved_marks(path);
         }
+        if self.reserved_paths[node].contains_key(path) && self.used_by_a_kept_uid(node, path) {
+            // The files are as much a live model's here that uses them: its delete may remove
+            // them, as the core's own trash at its delete always could (swarm seed 23100, where
+            // they went by the sweep once it left them to a model never placed here).
+            self.reserved_paths[node].remove(path);
+        }
         done(id)
+    }
+
+    /// Does the marker of `path`, as a disown left it, name a live model placed on `node` whose
+    /// download directory `path` is? A uid only named (away from the node, never placed here)
+    /// does not use the files.
+    fn used_by_a_kept_uid(&self, node: usize, path: &str) -> bool {
+        let root = &self.config.models_root;
+        let Some(marker) = self.nodes[node].dirs.get(path) else { return false };
+        marker.iter().any(|u| {
+            self.api
+                .live_here(u.as_str(), node)
+                .is_some_and(|o| oracle::download_dir(o.spec(), root).as_deref() == Some(path))
+        })
     }
 
     /// As the shell's `fsops::record_reserve`: only a marker that names `uid` records it.

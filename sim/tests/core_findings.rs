@@ -229,3 +229,18 @@ fn swarm_seed_12709_keeps_a_reserved_model_s_weights_after_its_co_owner_left() {
 fn swarm_seed_14278_is_not_ready_over_files_a_co_owner_fetched_since() {
     assert_clean_run(14_278, model_agent_sim::scenario::swarm_knobs(14_278, None, None));
 }
+
+/// Found in seeds 22,000–23,999: reserved `v-0033` shared an `oci://` directory with `v-0025`,
+/// Ready here, and `v-0030`, of the same source but never placed on the node. `v-0033`'s delete
+/// gave the directory up keeping both in the marker; `v-0025`'s delete then left it to
+/// `v-0030`, and the sweep trashed it as an orphan's. The core kept to its design (a reserved
+/// model's disown leaves the files to the live models that use them, and a non-reserved
+/// model's delete may remove them); the simulator's check did not: it held the sweep to the
+/// reserved model's claim after the files had passed to a live model using them, where that
+/// model's own trash at its delete was never held to it. The
+/// claim now passes at the disown when the marker keeps such a model
+/// (`World::used_by_a_kept_uid`); one kept only while away still holds it (seed 12709).
+#[test]
+fn swarm_seed_23100_lets_a_co_owner_that_used_reserved_weights_remove_them() {
+    assert_clean_run(23_100, model_agent_sim::scenario::swarm_knobs(23_100, None, None));
+}
