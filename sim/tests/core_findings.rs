@@ -244,3 +244,13 @@ fn swarm_seed_14278_is_not_ready_over_files_a_co_owner_fetched_since() {
 fn swarm_seed_23100_lets_a_co_owner_that_used_reserved_weights_remove_them() {
     assert_clean_run(23_100, model_agent_sim::scenario::swarm_knobs(23_100, None, None));
 }
+
+/// Found in seeds 36,000–37,999: reserved `v-0014` shared the `pair` path with `v-0017`, whose
+/// old uid a stale relist had shown again and whose delete was a candidate, its live read out,
+/// when `v-0014`'s delete was confirmed. The disown kept that uid in the marker; it was then
+/// confirmed gone, and the sweep trashed the weights `v-0014`'s label kept. A disown now keeps
+/// no candidate (`State::fill_disowns`).
+#[test]
+fn swarm_seed_37744_keeps_reserved_weights_from_a_candidate_co_owner() {
+    assert_clean_run(37_744, model_agent_sim::scenario::swarm_knobs(37_744, None, None));
+}

@@ -289,8 +289,8 @@ impl State {
 
     /// Each `Op::DisownDir` of the step keeps in the marker the uids of the directory (its
     /// members and what its marker is known to name) that may be of live models placed here: a
-    /// known incarnation neither withdrawn from this node nor confirmed gone (or reserved and
-    /// not confirmed gone: away, it keeps its directory), or, before every kind is listed, a
+    /// known incarnation neither withdrawn from this node, nor a candidate, nor confirmed gone
+    /// (or reserved and not confirmed gone: away, it keeps its directory), or, before every kind is listed, a
     /// uid no known model has. Any other uid in the marker is of a model gone,
     /// and would make the directory an orphan's; or of one away from the node, whose delete
     /// would then make the files the disowning reserved model kept an orphan's (swarm seed
@@ -314,8 +314,11 @@ impl State {
         let mut staying: FxHashMap<&Uid, bool> = FxHashMap::default();
         let mut naming: Vec<(&str, &Uid)> = Vec::new();
         for inc in self.slots.values().flat_map(|s| s.all()) {
-            // A reserved model away keeps its directory while it lives (a second review).
-            let stays = inc.may_stay() || (inc.is_reserved() && !inc.is_confirmed());
+            // A reserved model away keeps its directory while it lives (a second review). A
+            // candidate (its delete or exit not yet confirmed) is not kept: if it is gone, the
+            // files would be an orphan's and the sweep's (swarm seed 37744); if it lives, it
+            // fetches them again. A reserved one gives the directory up itself once confirmed.
+            let stays = (inc.may_stay() && !inc.is_pending()) || (inc.is_reserved() && !inc.is_confirmed());
             *staying.entry(inc.uid()).or_default() |= stays;
             let dest = inc.dest.as_ref().ok().and_then(|d| d.as_ref()?.beneath_root());
             if let Some(path) = dest.filter(|d| stays && paths.iter().any(|p| p == d)) {
