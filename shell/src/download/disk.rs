@@ -264,11 +264,18 @@ fn sync_dir(dir: &OwnedFd, what: &str) -> Result<(), DownloadError> {
 
 /// A partial file's name: a hash of its repo path and expected content, so a hostile or deep path never
 /// becomes a name, and a file that changed between commits never resumes the other content's bytes.
+/// An object checked by size only has no content hash: its size stands in, so that an object
+/// uploaded again with another size never resumes the old one's bytes (one of the same size
+/// still would: the listing gives nothing else that every store keeps).
 pub(super) fn partial_name(file: &RemoteFile) -> String {
     let mut hasher = Sha256::new();
     hasher.update(file.path.as_bytes());
     hasher.update([0]);
     hasher.update(file.hash.expected_hex().as_bytes());
+    if file.hash == crate::hf::FileHash::SizeOnly {
+        hasher.update([0]);
+        hasher.update(file.size_bytes.to_be_bytes());
+    }
     hasher.finalize().iter().take(20).map(|b| format!("{b:02x}")).collect()
 }
 
@@ -285,6 +292,11 @@ pub(super) fn partial_allocated_bytes(partial_dir: &OwnedFd, name: &str) -> u64 
     fstatat(partial_dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW)
         .map(|st| (st.st_blocks as u64).saturating_mul(512).min(st.st_size as u64))
         .unwrap_or(0)
+}
+
+/// Is there an entry `name` in `dir` (a symlink counts, unfollowed)?
+pub(super) fn exists_at(dir: &OwnedFd, name: &str) -> bool {
+    fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW).is_ok()
 }
 
 /// Removes one file of the partial directory (missing is fine).

@@ -25,6 +25,8 @@ mod retry;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_lies;
+#[cfg(test)]
 mod tests_network;
 mod transfer;
 

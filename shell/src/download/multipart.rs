@@ -13,6 +13,7 @@
 //! last chunk lands only the tail is left to hash, instead of the whole file after the transfer.
 
 use std::fs::File;
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -69,24 +70,53 @@ impl Parts {
 
     /// The bytes from 0 that every part before has filled.
     fn contiguous_prefix(&self) -> u64 {
-        let mut prefix = 0;
-        for ((start, end), done) in self.spans.iter().zip(&self.done) {
-            // Acquire: a part stores its offset after the bytes are written (Release).
-            let done = done.load(Ordering::Acquire);
-            if *start != prefix {
-                break;
-            }
-            prefix = done;
-            if done < *end {
-                break;
-            }
-        }
-        prefix
+        // Acquire: a part stores its offset after the bytes are written (Release).
+        let parts =
+            self.spans.iter().zip(&self.done).map(|((start, end), done)| [*start, done.load(Ordering::Acquire), *end]);
+        filled_prefix(parts)
     }
 }
 
 fn record_name(name: &str) -> String {
     format!("{name}.parts")
+}
+
+/// Before one stream resumes a partial file the parts left (their record beside it): only the
+/// record's contiguous done prefix is content; the rest was preallocated, and its holes read as
+/// zeros, which a file checked by size only would take as the object (a review found such a
+/// partial accepted without a byte fetched, when flags changed between runs). The file keeps
+/// that prefix (none when the record does not fit), and the record goes.
+pub(super) fn hand_to_one_stream(partial_dir: &OwnedFd, file: &RemoteFile, name: &str) -> Result<(), DownloadError> {
+    let record_at = record_name(name);
+    if !disk::exists_at(partial_dir, &record_at) {
+        return Ok(());
+    }
+    let record = disk::read_small_at(partial_dir, &record_at, RECORD_BYTES_MAX)
+        .and_then(|bytes| serde_json::from_slice::<Record>(&bytes).ok())
+        .filter(|record| record_fits(record, file));
+    let prefix = record.map_or(0, |record| filled_prefix(record.parts.into_iter()));
+    let handle = disk::open_partial(partial_dir, name)?;
+    let len = handle.metadata().map_err(|e| local(file, e))?.len();
+    handle.set_len(prefix.min(len)).map_err(|e| local(file, e))?;
+    handle.sync_all().map_err(|e| local(file, e))?;
+    disk::remove_partial(partial_dir, &record_at);
+    Ok(())
+}
+
+/// The bytes from 0 that parts (`[start, done, end]`, in order) have filled, each part from
+/// where the one before ended.
+fn filled_prefix(parts: impl Iterator<Item = [u64; 3]>) -> u64 {
+    let mut prefix = 0;
+    for [start, done, end] in parts {
+        if start != prefix {
+            break;
+        }
+        prefix = done;
+        if done < end {
+            break;
+        }
+    }
+    prefix
 }
 
 pub(super) async fn fetch(
@@ -378,6 +408,55 @@ mod tests {
 
     fn starts() -> Vec<u64> {
         (0..CHUNKS).map(|i| i * CHUNK_BYTES).collect()
+    }
+
+    /// A partial directory holding `name` preallocated to `content`'s size with its first chunk
+    /// written, and (when given) a record of `parts`.
+    fn left_by_parts(content: &[u8], name: &str, parts: Option<&[[u64; 3]]>) -> (tempfile::TempDir, OwnedFd) {
+        let dir = tempfile::tempdir().unwrap();
+        let partial = std::fs::File::create(dir.path().join(name)).unwrap();
+        partial.set_len(content.len() as u64).unwrap();
+        partial.write_all_at(&content[..CHUNK_BYTES as usize], 0).unwrap();
+        if let Some(parts) = parts {
+            let record = Record { size: content.len() as u64, hash: String::new(), parts: parts.to_vec() };
+            std::fs::write(dir.path().join(record_name(name)), serde_json::to_vec(&record).unwrap()).unwrap();
+        }
+        let fd = std::fs::File::open(dir.path()).unwrap();
+        (dir, OwnedFd::from(fd))
+    }
+
+    // A review: one stream resumed a partial the parts had preallocated, took its length as
+    // fetched, and a file checked by size only was accepted as the zeros of its holes.
+    #[test]
+    fn one_stream_keeps_only_the_prefix_the_parts_record_says_is_filled() {
+        let content = content();
+        let file = RemoteFile { path: "big.bin".into(), size_bytes: content.len() as u64, hash: FileHash::SizeOnly };
+        let name = disk::partial_name(&file);
+        let len = |dir: &tempfile::TempDir| std::fs::metadata(dir.path().join(&name)).unwrap().len();
+        let c = CHUNK_BYTES;
+        // The first chunk filled, the second part way, the others not begun.
+        let parts = [[0, c, c], [c, c + 10, 2 * c], [2 * c, 2 * c, 3 * c], [3 * c, 3 * c, 4 * c]];
+        let (dir, fd) = left_by_parts(&content, &name, Some(&parts));
+        hand_to_one_stream(&fd, &file, &name).unwrap();
+        assert_eq!(len(&dir), c + 10, "the record's filled prefix");
+        assert!(!dir.path().join(record_name(&name)).exists(), "the record goes");
+        // A record for another size proves nothing: nothing is kept.
+        let other = RemoteFile { size_bytes: content.len() as u64 - 1, ..file.clone() };
+        let (dir, fd) = left_by_parts(&content, &name, Some(&parts));
+        hand_to_one_stream(&fd, &other, &name).unwrap();
+        assert_eq!(len(&dir), 0);
+        // A partial with no record is one stream's own: left as it is.
+        let (dir, fd) = left_by_parts(&content, &name, None);
+        hand_to_one_stream(&fd, &file, &name).unwrap();
+        assert_eq!(len(&dir), content.len() as u64);
+    }
+
+    #[test]
+    fn an_object_checked_by_size_only_resumes_no_partial_of_another_size() {
+        let file = |size_bytes| RemoteFile { path: "w.bin".into(), size_bytes, hash: FileHash::SizeOnly };
+        assert_ne!(disk::partial_name(&file(5)), disk::partial_name(&file(7)));
+        let hashed = |size_bytes| RemoteFile { hash: FileHash::Md5("ab".repeat(16)), ..file(size_bytes) };
+        assert_eq!(disk::partial_name(&hashed(5)), disk::partial_name(&hashed(7)), "a hash names the content");
     }
 
     #[tokio::test]

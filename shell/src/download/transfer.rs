@@ -126,6 +126,7 @@ async fn fetch_single(
 ) -> Result<(), DownloadError> {
     let mut retry = Retry::new(ctx.opts.request_attempts_max);
     let (stall_ms, meter) = (ctx.opts.stall_timeout_ms, &slot.meter);
+    multipart::hand_to_one_stream(&ctx.partial_dir, file, name)?;
     loop {
         let partial = disk::open_partial(&ctx.partial_dir, name)?;
         let before = meter.have_bytes.load(Ordering::Relaxed);

@@ -101,8 +101,11 @@ async fn transfer(
         }
     }
     let content_length = response.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if let Some(length) = content_length.filter(|length| partial.len_bytes + length != partial.file.size_bytes) {
-        let got = format!("{} bytes (Content-Length)", partial.len_bytes + length);
+    // Checked: a Content-Length near u64::MAX is a lie, not a reason to wrap.
+    let total = |length: u64| partial.len_bytes.checked_add(length);
+    if let Some(length) = content_length.filter(|length| total(*length) != Some(partial.file.size_bytes)) {
+        let got = total(length)
+            .map_or(format!("{length} more bytes (Content-Length)"), |t| format!("{t} bytes (Content-Length)"));
         return Err(partial.discard(format!("{} bytes", partial.file.size_bytes), got));
     }
     stream_body(response.into_body(), partial, stall_timeout_ms).await

@@ -92,7 +92,11 @@ impl HfSource {
             }
             match link.as_deref().and_then(next_link) {
                 Some(next) => url = resolve_location(&url, next)?,
-                None => return check_unique(files),
+                None => {
+                    check_sizes(&files)
+                        .map_err(|reason| HfError::Protocol { reason: format!("{repo_id}: {reason}") })?;
+                    return check_unique(files);
+                }
             }
         }
         Err(HfError::Protocol { reason: format!("file list of {repo_id} has over {TREE_PAGES_MAX} pages") })
@@ -146,8 +150,33 @@ fn next_link(header: &str) -> Option<&str> {
     })
 }
 
+/// One listed file's size at most (1 PiB): far above any weights, and low enough that the
+/// sums over a listing stay far from overflowing.
+pub const FILE_BYTES_MAX: u64 = 1 << 50;
+/// A listing's bytes at most (64 PiB): every sum and margin on them fits a `u64`.
+pub const LISTING_BYTES_MAX: u64 = 1 << 56;
+
+/// Sizes the download's arithmetic can hold: a server listing `u64::MAX` is lying, and a sum
+/// that wraps would pass the space check (a review made one panic in a debug build).
+pub fn check_sizes(files: &[RemoteFile]) -> Result<(), String> {
+    let mut total: u64 = 0;
+    for file in files {
+        if file.size_bytes > FILE_BYTES_MAX {
+            return Err(format!(
+                "{} is listed at {} bytes, more than this agent takes (1 PiB)",
+                file.path, file.size_bytes
+            ));
+        }
+        total = total.saturating_add(file.size_bytes);
+    }
+    if total > LISTING_BYTES_MAX {
+        return Err(format!("the files add up to {total} bytes, more than this agent takes (64 PiB)"));
+    }
+    Ok(())
+}
+
 /// No path twice, and no file where another file needs a directory (`a` and `a/b`).
-fn check_unique(files: Vec<RemoteFile>) -> Result<Vec<RemoteFile>, HfError> {
+pub fn check_unique(files: Vec<RemoteFile>) -> Result<Vec<RemoteFile>, HfError> {
     let mut paths = BTreeSet::new();
     for file in &files {
         if !paths.insert(file.path.as_str()) {

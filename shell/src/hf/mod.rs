@@ -23,7 +23,7 @@ pub use fetch::{Meter, fetch_file};
 pub use hashing::FileHash;
 pub use hashing::file_matches;
 pub use hashing::{StreamHasher, hash_growing_prefix, hash_prefix};
-pub use listing::RemoteFile;
+pub use listing::{RemoteFile, check_sizes, check_unique};
 pub use network::{Network, read_ca_bundle};
 pub use paths::{check_repo_id, check_repo_path, is_commit_sha};
 pub use ranged::{RangeAnswer, fetch_range};

@@ -69,10 +69,12 @@ pub fn open(uri: &StorageUri, auth: &StoreAuth, net: &Net) -> Result<Store, Stri
     }
     let http = net.http.clone();
     let reqwest = || ReqwestTransport::new(http.clone());
+    let list_pages = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let capped = |inner| super::capped_transport::CappedTransport { inner, list_pages: list_pages.clone() };
     let (op, prefix, label, checks) = match uri {
         StorageUri::S3 { bucket, prefix } => {
             let (op, chain, region) = s3(bucket, auth)?;
-            let op = with_transport(op, opendal::HttpTransporter::new(reqwest()));
+            let op = with_transport(op, opendal::HttpTransporter::new(capped(reqwest())));
             let heads = super::s3_checksum::Heads::new(op.clone(), chain, &region, http.clone());
             (op, prefix, format!("s3://{bucket}/{prefix}"), Checks::S3(Box::new(heads)))
         }
@@ -80,16 +82,18 @@ pub fn open(uri: &StorageUri, auth: &StoreAuth, net: &Net) -> Result<Store, Stri
             let (op, token_uri) = gcs(bucket, auth)?;
             let seen = std::sync::Arc::new(super::gcs_transport::Crc32cSeen::default());
             let transport = super::gcs_transport::GcsTransport { inner: reqwest(), seen: seen.clone(), token_uri };
+            let transport =
+                super::capped_transport::CappedTransport { inner: transport, list_pages: list_pages.clone() };
             let op = with_transport(op, opendal::HttpTransporter::new(transport));
             (op, prefix, format!("gs://{bucket}/{prefix}"), Checks::Gcs(seen))
         }
         StorageUri::Azure { account, container, prefix } => {
-            let op = with_transport(azure(account, container, auth)?, opendal::HttpTransporter::new(reqwest()));
+            let op = with_transport(azure(account, container, auth)?, opendal::HttpTransporter::new(capped(reqwest())));
             (op, prefix, format!("az://{account}/{container}/{prefix}"), Checks::None)
         }
         other => return Err(format!("{other:?} is not an object store this agent reads with OpenDAL")),
     };
-    let backend = super::Backend::OpenDal(op);
+    let backend = super::Backend::OpenDal { op, list_pages };
     Ok(Store { backend, prefix: prefix.clone(), label, shape_filter: None, checks })
 }
 

@@ -81,7 +81,7 @@ async fn open_stream(
     what: &str,
 ) -> Result<(ByteStream, u64), StoreError> {
     match &store.backend {
-        Backend::OpenDal(op) => {
+        Backend::OpenDal { op, .. } => {
             let opendal_error = |e: opendal::Error| StoreError::from_opendal(what, &e);
             let reader = op.reader_with(key).await.map_err(opendal_error)?;
             let stream = reader.into_bytes_stream(have..size).await.map_err(opendal_error)?;

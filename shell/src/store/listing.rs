@@ -8,7 +8,7 @@ use base64::Engine as _;
 use futures::TryStreamExt;
 
 use super::{Backend, Checks, Store, StoreError};
-use crate::hf::{FileHash, RemoteFile, check_repo_path};
+use crate::hf::{FileHash, RemoteFile, check_repo_path, check_sizes, check_unique};
 
 /// Objects of one model at most: a listing is held in memory whole.
 pub const OBJECTS_MAX: usize = 1_000_000;
@@ -23,13 +23,21 @@ const HEADS_OBJECTS_MAX: usize = 10_000;
 /// name beneath the destination is an error.
 pub async fn list(store: &Store) -> Result<Vec<RemoteFile>, StoreError> {
     let dir = listing_dir(&store.prefix);
-    let mut files = match &store.backend {
-        Backend::OpenDal(op) => list_opendal(store, op, &dir).await?,
+    let files = match &store.backend {
+        Backend::OpenDal { op, list_pages } => {
+            list_pages.store(0, std::sync::atomic::Ordering::Relaxed);
+            list_opendal(store, op, &dir).await?
+        }
         Backend::Oci { client, bucket } => list_oci(store, client, bucket, &dir).await?,
     };
     if files.is_empty() {
         return Err(StoreError::Empty { label: store.label.clone() });
     }
+    // As the Hub's tree: a key twice, or a file where another needs a directory, would have two
+    // transfers write one partial file or a rename fail on every retry.
+    let refused = |reason: String| StoreError::Other { reason: format!("{}: {reason}", store.label) };
+    check_sizes(&files).map_err(refused)?;
+    let mut files = check_unique(files).map_err(|e| refused(e.to_string()))?;
     match &store.checks {
         Checks::S3(heads) if files.len() <= HEADS_OBJECTS_MAX => with_s3_checksums(store, heads, &mut files).await?,
         Checks::Gcs(seen) => {

@@ -5,6 +5,7 @@
 //! hashed while streaming, checked for size and MD5 at the end. Planning, adoption, markers, space,
 //! progress and placing are the engine's (`download`), shared with `hf://`.
 
+mod capped_transport;
 mod config;
 mod fetch;
 mod gcs_transport;
@@ -22,8 +23,15 @@ pub use listing::list;
 /// Who answers for the bucket.
 #[derive(Clone)]
 enum Backend {
-    OpenDal(opendal::Operator),
-    Oci { client: Box<crate::oci::OciClient>, bucket: String },
+    /// `list_pages`: the listing pages sent since the listing began (`capped_transport`).
+    OpenDal {
+        op: opendal::Operator,
+        list_pages: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    },
+    Oci {
+        client: Box<crate::oci::OciClient>,
+        bucket: String,
+    },
 }
 
 /// One model's objects: a client of the bucket (or container) and the model's prefix.

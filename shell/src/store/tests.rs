@@ -114,3 +114,107 @@ fn a_refused_token_exchange_is_denied_and_a_temporary_one_is_not() {
         .set_temporary();
     assert!(StoreError::from_opendal("listing gs://b/p", &flaky).retry_now());
 }
+
+// A review's hostile servers.
+
+fn s3_store(endpoint: &str) -> super::Store {
+    let full =
+        auth(&[("endpoint", endpoint)], Some(&[("AWS_ACCESS_KEY_ID", "id"), ("AWS_SECRET_ACCESS_KEY", "secret")]));
+    open(&StorageUri::parse("s3://b/p").unwrap(), &full, client()).unwrap()
+}
+
+/// A server answering every request with `body` (an S3 ListObjectsV2 page); counts the requests.
+async fn fake_s3(body: &'static str) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let requests = Arc::new(AtomicUsize::new(0));
+    let counted = requests.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let is_head = buf.starts_with(b"HEAD ");
+                        buf.drain(..end + 4);
+                        counted.fetch_add(1, Ordering::Relaxed);
+                        let body = if is_head { "" } else { body };
+                        let head = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\nContent-Length: {}\r\n\r\n",
+                            body.len()
+                        );
+                        if socket.write_all(format!("{head}{body}").as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                    match socket.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            });
+        }
+    });
+    (port, requests)
+}
+
+/// An S3-compatible server whose ListObjectsV2 says "truncated" forever with no objects.
+#[tokio::test]
+async fn an_endless_empty_listing_ends_in_an_error() {
+    let (port, requests) = fake_s3(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult><Name>b</Name>\
+         <Prefix>p/</Prefix><KeyCount>0</KeyCount><MaxKeys>1000</MaxKeys>\
+         <IsTruncated>true</IsTruncated><NextContinuationToken>same</NextContinuationToken>\
+         </ListBucketResult>",
+    )
+    .await;
+    let store = s3_store(&format!("http://127.0.0.1:{port}"));
+    let listed = tokio::time::timeout(std::time::Duration::from_secs(10), super::list(&store)).await;
+    let n = requests.load(std::sync::atomic::Ordering::Relaxed);
+    let e =
+        listed.unwrap_or_else(|_| panic!("the listing never ended: {n} ListObjectsV2 requests in 10 s")).unwrap_err();
+    assert!(e.to_string().contains("past 2000 pages"), "{e}");
+}
+
+/// The Hub's tree is refused when a path is listed twice or is both a file and a directory
+/// (`check_unique`); a store's listing is not.
+#[tokio::test]
+async fn a_store_listing_with_a_key_twice_or_a_file_and_directory_clash_is_refused() {
+    let (port, _) = fake_s3(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult><Name>b</Name>\
+         <Prefix>p/</Prefix><KeyCount>3</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated>\
+         <Contents><Key>p/w.bin</Key><LastModified>2024-01-01T00:00:00.000Z</LastModified><Size>5</Size><ETag>\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-2\"</ETag></Contents>\
+         <Contents><Key>p/w.bin</Key><LastModified>2024-01-01T00:00:00.000Z</LastModified><Size>7</Size><ETag>\"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb-2\"</ETag></Contents>\
+         <Contents><Key>p/w.bin/x</Key><LastModified>2024-01-01T00:00:00.000Z</LastModified><Size>3</Size><ETag>\"cccccccccccccccccccccccccccccccc-2\"</ETag></Contents>\
+         </ListBucketResult>",
+    )
+    .await;
+    let store = s3_store(&format!("http://127.0.0.1:{port}"));
+    let listed = tokio::time::timeout(std::time::Duration::from_secs(10), super::list(&store)).await.unwrap();
+    let paths: Vec<_> = listed.iter().flatten().map(|f| (f.path.clone(), f.size_bytes, f.hash.clone())).collect();
+    let e = listed.map(|_| ()).expect_err(&format!("accepted: {paths:?}")).to_string();
+    assert!(e.contains("w.bin") && e.contains("listed twice"), "{e}");
+}
+
+/// A size no object has: refused before any sum over the listing could wrap.
+#[tokio::test]
+async fn a_store_listing_with_an_impossible_size_is_refused() {
+    let (port, _) = fake_s3(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult><Name>b</Name>\
+         <Prefix>p/</Prefix><KeyCount>2</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated>\
+         <Contents><Key>p/huge.bin</Key><LastModified>2024-01-01T00:00:00.000Z</LastModified><Size>18446744073709551615</Size><ETag>\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-2\"</ETag></Contents>\
+         <Contents><Key>p/one.bin</Key><LastModified>2024-01-01T00:00:00.000Z</LastModified><Size>1</Size><ETag>\"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb-2\"</ETag></Contents>\
+         </ListBucketResult>",
+    )
+    .await;
+    let store = s3_store(&format!("http://127.0.0.1:{port}"));
+    let listed = tokio::time::timeout(std::time::Duration::from_secs(10), super::list(&store)).await.unwrap();
+    let e = listed.unwrap_err().to_string();
+    assert!(e.contains("huge.bin is listed at 18446744073709551615 bytes"), "{e}");
+}
