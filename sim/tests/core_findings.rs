@@ -254,3 +254,17 @@ fn swarm_seed_23100_lets_a_co_owner_that_used_reserved_weights_remove_them() {
 fn swarm_seed_37744_keeps_reserved_weights_from_a_candidate_co_owner() {
     assert_clean_run(37_744, model_agent_sim::scenario::swarm_knobs(37_744, None, None));
 }
+
+/// Found in seeds 44,000–59,999 (failing at the round's start too), with seeds 46077 and 58561:
+/// reserved
+/// `v-0004` left node 2 keeping the `pair` directory with its files from `hf://org/pair`, and
+/// switched to `hf://org/pair-b` while away; ClusterBaseModel `basemodel.v-0009`, at the same
+/// path, switched to `pair-b` too and stayed Failed for good, the directory held by `v-0004`'s
+/// files of another source. A reserved model away now counts as of the source its spec names
+/// there, as it would on the node (`shared::member_draft`).
+#[test]
+fn swarm_seeds_44142_46077_58561_let_a_model_fetch_the_source_a_reserved_holder_names_now() {
+    for seed in [44_142, 46_077, 58_561] {
+        assert_clean_run(seed, model_agent_sim::scenario::swarm_knobs(seed, None, None));
+    }
+}

@@ -235,7 +235,10 @@ pub fn member_draft<'a>(
                 Fetched::Done(done) => done.plan.fetch_into().filter(|(_, d)| *d == dir).map(|(u, _)| Cow::Borrowed(u)),
                 _ => None,
             };
-            let fetched = fetched.or_else(|| reserved_source(inc, dir).map(Cow::Borrowed));
+            // A reserved model away counts as of the source its spec names there, as it would
+            // here: files it fetched from an earlier source are not held against a model of its
+            // source now, which it would replace itself (swarm seed 44142).
+            let fetched = reserved_source(inc, dir).map(Cow::Borrowed).or(fetched);
             // A trash waiting for its Node witness counts as one under way: nothing is fetched
             // into the directory meanwhile.
             let waits = inc.share.as_ref().is_some_and(|s| s.trash_after_seq.is_some());
@@ -251,11 +254,12 @@ pub fn member_draft<'a>(
     Some(MemberDraft { dir, source, alive: !inc.is_confirmed(), downloading, holds, trashing, link_at })
 }
 
-/// A live reserved model keeps its directory while it is away from the node (`trash_blocked`);
-/// what it fetched there may not be known (a restart, or it never fetched on this node), and
-/// then it counts as of the source its spec names for that directory. Of no source, it would
-/// count as another source's to every model, and a model of its own source would be refused
-/// the directory for as long as it stays away (swarm seed 1238).
+/// A live reserved model keeps its directory while it is away from the node (`trash_blocked`),
+/// and counts as of the source its spec names for that directory: what it fetched there may not
+/// be known (a restart, or it never fetched on this node), and, of no source, it would count as
+/// another source's to every model, so that a model of its own source would be refused the
+/// directory for as long as it stays away (swarm seed 1238); or it may be of a source its spec
+/// no longer names (seed 44142).
 fn reserved_source<'a>(inc: &'a Incarnation, dir: &str) -> Option<&'a Arc<str>> {
     let spec = inc.obj.spec().filter(|_| inc.is_reserved() && !inc.is_confirmed())?;
     let dest = inc.dest.as_ref().ok()?.as_ref()?;

@@ -1732,3 +1732,43 @@ fn a_candidate_left_out_of_a_reserved_model_s_disown_fetches_again_when_it_lives
     assert_eq!(seen.entries.get("clusterbasemodel.a").map(|e| e.status), Some(ModelStatus::Ready));
     assert!(seen.trashed.is_empty(), "{:?}", seen.trashed);
 }
+
+/// `o` with another source, as a later version of the same object.
+fn switched(o: &ModelObject, uri: &str, version: &str) -> ModelObject {
+    let mut o = o.clone();
+    Arc::make_mut(o.spec.as_mut().unwrap()).storage_uri = Arc::from(uri);
+    let parsed = crate::storage_uri::StorageUri::parse(uri).map_err(|e| e.to_string());
+    Arc::make_mut(o.spec.as_mut().unwrap()).uri = parsed;
+    o.resource_version = Arc::from(version);
+    o
+}
+
+// Swarm seed 44142: reserved `w` left the node keeping the directory with its files from `repo`,
+// and switched to `repo-b` while away; `x`, at the same path, switched to `repo-b` too, and was
+// Failed for good: the directory held `w`'s files of another source. Here, `w` would replace
+// those files itself; away, it counts as of the source its spec names there, as it would here.
+#[test]
+fn a_reserved_model_away_counts_as_of_the_source_its_spec_names_now() {
+    let at = Some("/mnt/models/shared");
+    let w = reserved(gpu_only(obj(&ModelKey::cluster("w"), "w1", "hf://org/repo", at)));
+    let x = obj(&ModelKey::cluster("x"), "x1", "hf://org/repo", at);
+    let (gpu, cpu) = gpu_and_cpu();
+    let mut seen = marked_at_shared(&["w1", "x1"], false);
+    let mut h = H::new();
+    let e = h.start_on(gpu, true, vec![w.clone(), x.clone()]);
+    run(&mut h, e, &mut seen, &[], &[w.clone(), x.clone()]);
+    assert_eq!(seen.downloads.len(), 2, "{:?}", seen.downloads);
+    let e = leave_node(&mut h, &w, cpu);
+    run(&mut h, e, &mut seen, &[], &[w.clone(), x.clone()]);
+    assert_eq!(h.view(&w.key, "w1").life, Life::Withdrawn);
+    let w_b = switched(&w, "hf://org/repo-b", "2");
+    let e = h.apply(w_b.clone());
+    run(&mut h, e, &mut seen, &[], &[w_b.clone(), x.clone()]);
+    let x_b = switched(&x, "hf://org/repo-b", "3");
+    let e = h.apply(x_b.clone());
+    run(&mut h, e, &mut seen, &[], &[w_b.clone(), x_b.clone()]);
+    let last = seen.downloads.last().unwrap();
+    assert_eq!((last.0.as_str(), last.1.as_str()), ("x1", "shared"), "x fetches repo-b there: {:?}", seen.downloads);
+    assert_eq!(seen.entries.get("clusterbasemodel.x").map(|e| e.status), Some(ModelStatus::Ready));
+    assert!(seen.trashed.is_empty(), "{:?}", seen.trashed);
+}
