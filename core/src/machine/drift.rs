@@ -290,8 +290,8 @@ impl State {
     /// Each `Op::DisownDir` of the step keeps in the marker the uids of the directory (its
     /// members and what its marker is known to name) that may be of live models placed here: a
     /// known incarnation neither withdrawn from this node, nor a candidate, nor confirmed gone
-    /// (or reserved and not confirmed gone: away, it keeps its directory), or, before every kind is listed, a
-    /// uid no known model has. Any other uid in the marker is of a model gone,
+    /// (or reserved and not confirmed gone: away, it keeps its directory), or, before every
+    /// kind is listed, a uid no known model has. Any other uid in the marker is of a model gone,
     /// and would make the directory an orphan's; or of one away from the node, whose delete
     /// would then make the files the disowning reserved model kept an orphan's (swarm seed
     /// 12709). A marker left naming no one goes: a directory without one is never trashed, and
