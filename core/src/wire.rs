@@ -63,6 +63,24 @@ pub fn truncate_with_hash(s: &str, len_max: usize) -> String {
     format!("{hash}-{}", &s[start..])
 }
 
+/// A Failed reason's bytes at most, in the ConfigMap entry and in what the core keeps: a
+/// reason may quote what a user wrote (a storage URI of up to the spec's limit), and a few
+/// dozen entries of 60 KiB filled a node's ConfigMap past the API server's 1 MiB (a review).
+pub const REASON_BYTES_MAX: usize = 1024;
+
+/// `reason`, cut at a character boundary to at most `REASON_BYTES_MAX` bytes with `…` at the end
+/// when it is longer.
+pub fn bounded_reason(reason: &str) -> Cow<'_, str> {
+    if reason.len() <= REASON_BYTES_MAX {
+        return Cow::Borrowed(reason);
+    }
+    let mut end = REASON_BYTES_MAX - '…'.len_utf8();
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!("{}…", &reason[..end]))
+}
+
 /// `truncate_with_hash`, borrowing what fits (nearly every name: no allocation).
 fn truncated(s: &str, len_max: usize) -> Cow<'_, str> {
     if s.len() <= len_max { Cow::Borrowed(s) } else { Cow::Owned(truncate_with_hash(s, len_max)) }
@@ -161,13 +179,20 @@ pub struct ConfigMapIdentity {
     pub annotations: BTreeMap<String, String>,
 }
 
+/// A label value's bytes at most (the API server's rule).
+const LABEL_VALUE_BYTES_MAX: usize = 63;
+
+/// OME's identity. A Node name may have up to 253 characters, a label value 63: the `node` label
+/// of a longer name would make every write of the ConfigMap fail (OME's create does); it is left
+/// out then, and the annotation still names the node (the controller selects on the status label).
 pub fn configmap_identity(node_name: &str) -> ConfigMapIdentity {
+    let mut labels = BTreeMap::from([(CONFIGMAP_STATUS_LABEL.to_string(), "true".to_string())]);
+    if node_name.len() <= LABEL_VALUE_BYTES_MAX {
+        labels.insert(CONFIGMAP_NODE_LABEL.to_string(), node_name.to_string());
+    }
     ConfigMapIdentity {
         name: node_name.to_string(),
-        labels: BTreeMap::from([
-            (CONFIGMAP_STATUS_LABEL.to_string(), "true".to_string()),
-            (CONFIGMAP_NODE_LABEL.to_string(), node_name.to_string()),
-        ]),
+        labels,
         annotations: BTreeMap::from([
             (CONFIGMAP_NODE_NAME_ANNOTATION.to_string(), node_name.to_string()),
             (CONFIGMAP_MANAGED_BY_ANNOTATION.to_string(), "model-agent".to_string()),
@@ -637,6 +662,26 @@ mod tests {
         let k = configmap_key(&ModelKey::namespaced(&"n".repeat(20), &"m".repeat(240)));
         assert_eq!(k.len(), MAX_CONFIGMAP_KEY_LENGTH);
         assert!(k.starts_with(&format!("{}.basemodel.", hash8(&"n".repeat(20)))));
+    }
+
+    #[test]
+    fn a_node_name_too_long_for_a_label_value_is_left_out_of_the_labels() {
+        let at_limit = "n".repeat(63);
+        assert_eq!(configmap_identity(&at_limit).labels.get(CONFIGMAP_NODE_LABEL), Some(&at_limit));
+        let long = format!("{}.example.internal", "n".repeat(60));
+        let identity = configmap_identity(&long);
+        assert_eq!(identity.labels.len(), 1, "{:?}", identity.labels);
+        assert_eq!(identity.annotations.get(CONFIGMAP_NODE_NAME_ANNOTATION), Some(&long));
+        assert_eq!(identity.name, long);
+    }
+
+    #[test]
+    fn a_long_reason_is_cut_at_a_character_boundary() {
+        assert_eq!(bounded_reason("short"), "short");
+        let long = format!("x{}", "é".repeat(2000));
+        let cut = bounded_reason(&long);
+        assert!(cut.len() <= REASON_BYTES_MAX && cut.len() > REASON_BYTES_MAX - 8, "{}", cut.len());
+        assert!(cut.ends_with('…') && long.starts_with(cut.trim_end_matches('…')));
     }
 
     #[test]

@@ -62,8 +62,13 @@ impl Events {
         let (key, uid) = (key.clone(), uid.clone());
         tokio::spawn(async move {
             let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() };
-            if let Err(e) = api.create(&params, &event).await {
-                model_log!(warn, key, uid, error = %e, "could not record the Failed event");
+            // Bounded: a silent API server would otherwise keep each task (30 a minute) for good.
+            match tokio::time::timeout(crate::kubeio::WRITE_REQUEST_TIMEOUT, api.create(&params, &event)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => model_log!(warn, key, uid, error = %e, "could not record the Failed event"),
+                Err(_) => {
+                    model_log!(warn, key, uid, "could not record the Failed event: the API server did not answer")
+                }
             }
         });
     }

@@ -25,6 +25,18 @@ use crate::metrics::Metrics;
 
 /// A live read not answered by then is failed (the core also keeps its own 10 s deadline).
 pub const LIVE_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Each request of the writer (the Node's label patch, the ConfigMap's read and write): the
+/// client has no read timeout of its own, and one request that never answers held the one batch
+/// in flight, so that no label or entry of any model was written again (a review). A request
+/// past it fails the batch, which the core retries (every write is idempotent).
+pub const WRITE_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `request`, or why it did not answer within `WRITE_REQUEST_TIMEOUT`.
+async fn within<T>(what: impl FnOnce() -> String, request: impl Future<Output = T>) -> Result<T, String> {
+    tokio::time::timeout(WRITE_REQUEST_TIMEOUT, request)
+        .await
+        .map_err(|_| format!("{} timed out after {} s", what(), WRITE_REQUEST_TIMEOUT.as_secs()))
+}
 /// Changes written in one node patch and one ConfigMap write, at most.
 pub const WRITE_BATCH_MAX: usize = 2_000;
 /// ConfigMap read-modify-write attempts on conflicts.
@@ -231,7 +243,7 @@ pub async fn fill_spec(
 
 /// Objects per page of a live LIST: bounds what one response holds in memory.
 pub const LIST_PAGE_ITEMS: u32 = WATCH_PAGE_ITEMS;
-/// Pages of one live LIST before it is given up as failed (1,000,000 objects).
+/// Pages of one live LIST before it is given up as failed (100,000 objects at `LIST_PAGE_ITEMS`).
 pub const LIST_PAGES_MAX: usize = 10_000;
 
 /// Quorum LIST of one kind, paged and followed to the end, bounded in time. An item that cannot
@@ -405,7 +417,9 @@ async fn patch_labels(client: &Client, node: &str, labels: &BTreeMap<&str, Optio
     let nodes: Api<Node> = Api::all(client.clone());
     let patch = serde_json::json!({"metadata": {"labels": labels}});
     let started = std::time::Instant::now();
-    match nodes.patch(node, &patch_params(), &Patch::Merge(&patch)).await {
+    match within(|| format!("patching node {node} labels"), nodes.patch(node, &patch_params(), &Patch::Merge(&patch)))
+        .await?
+    {
         Ok(_) => {
             debug!(labels = labels.len(), elapsed_us = started.elapsed().as_micros() as u64, "patched node labels");
             Ok(())
@@ -440,8 +454,8 @@ async fn write_configmap(client: &Client, node: &str, namespace: &str, batch: &[
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let identity = wire::configmap_identity(node);
     for _attempt in 0..CONFIGMAP_ATTEMPTS_MAX {
-        let current =
-            api.get_opt(&identity.name).await.map_err(|e| format!("GET configmap {namespace}/{node}: {e}"))?;
+        let what = || format!("GET configmap {namespace}/{node}");
+        let current = within(what, api.get_opt(&identity.name)).await?.map_err(|e| format!("{}: {e}", what()))?;
         let exists = current.is_some();
         let mut cm = current.unwrap_or_default();
         let data = cm.data.get_or_insert_with(Default::default);
@@ -464,12 +478,13 @@ async fn write_configmap(client: &Client, node: &str, namespace: &str, batch: &[
         if !changed {
             return Ok(());
         }
+        let what = || format!("writing configmap {namespace}/{node}");
         let result = if exists {
-            api.replace(&identity.name, &post_params(), &cm).await
+            within(what, api.replace(&identity.name, &post_params(), &cm)).await?
         } else {
             md.name = Some(identity.name.clone());
             md.namespace = Some(namespace.to_string());
-            api.create(&post_params(), &cm).await
+            within(what, api.create(&post_params(), &cm)).await?
         };
         match result {
             Ok(_) => return Ok(()),
@@ -520,4 +535,39 @@ pub async fn snapshot_api(client: &Client, node: &str, namespace: &str) -> Resul
 
 pub fn log_startup(node: &str, namespace: &str) {
     info!(node, namespace, "watching BaseModels (all namespaces), ClusterBaseModels and this node");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A review: an API server (or a half-open connection) that accepts and never answers held
+    /// the writer's one batch in flight for good, so no label or entry was written again.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_silent_api_server_fails_the_writer_s_batch_within_its_deadline() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket); // accepted, never answered
+            }
+        });
+        let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
+        let client = Client::try_from(config).unwrap();
+        let entry = model_agent_core::wire::ModelEntry::new("m", ModelStatus::Ready).to_json();
+        let batch = vec![Write::Publish {
+            id: EffectId(1),
+            label_key: "models.ome.io/clusterbasemodel.m".into(),
+            label: Some(ModelStatus::Ready),
+            cm_key: "clusterbasemodel.m".into(),
+            entry,
+        }];
+        let started = std::time::Instant::now();
+        let answered =
+            tokio::time::timeout(Duration::from_secs(45), apply_batch(&client, "node-1", "ome", &batch)).await;
+        let e = answered.expect("the batch had no answer after 45 s").unwrap_err();
+        assert!(e.contains("timed out after 10 s"), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(25), "the patch and the read each within 10 s");
+    }
 }

@@ -4,8 +4,9 @@
 //! tenant's megabytes of `parameters`) is ever built.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::ApiResource;
 use kube::core::{DynamicResourceScope, Resource};
 use serde::Deserialize;
@@ -16,10 +17,47 @@ use model_agent_core::{Kind, ModelObject};
 
 #[derive(Clone, Debug, Deserialize)]
 pub struct LeanModel {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lean_metadata")]
     pub metadata: ObjectMeta,
     #[serde(default, deserialize_with = "LeanSpec::lenient")]
     pub spec: LeanSpec,
+}
+
+/// The metadata fields the agent reads. The rest is skipped unbuilt: `managedFields[].fieldsV1`
+/// mirrors the object's field tree, parts open to any fields included, and built as
+/// `ObjectMeta` builds it (a `serde_json::Value`) one object nested about 120 levels deep failed
+/// its whole LIST page on serde_json's recursion limit, so that kind's relist restarted for good
+/// (a review).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LeanMetadata {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    generation: Option<i64>,
+    creation_timestamp: Option<Time>,
+    deletion_timestamp: Option<Time>,
+    labels: Option<BTreeMap<String, String>>,
+    annotations: Option<BTreeMap<String, String>>,
+    finalizers: Option<Vec<String>>,
+}
+
+fn lean_metadata<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<ObjectMeta, D::Error> {
+    let m = LeanMetadata::deserialize(deserializer)?;
+    Ok(ObjectMeta {
+        name: m.name,
+        namespace: m.namespace,
+        uid: m.uid,
+        resource_version: m.resource_version,
+        generation: m.generation,
+        creation_timestamp: m.creation_timestamp,
+        deletion_timestamp: m.deletion_timestamp,
+        labels: m.labels,
+        annotations: m.annotations,
+        finalizers: m.finalizers,
+        ..ObjectMeta::default()
+    })
 }
 
 impl Resource for LeanModel {
@@ -100,5 +138,32 @@ mod tests {
         let m = serde_json::from_str::<LeanModel>(json).unwrap().into_model(Kind::ClusterBaseModel, 1024).unwrap();
         assert!(m.deleting);
         assert!(m.spec.unwrap_err().contains("spec is malformed"));
+    }
+
+    /// A review: one object whose managed fields nest deeper than serde_json's recursion limit
+    /// failed its whole LIST page (the other objects with it).
+    #[test]
+    fn a_deep_managed_fields_tree_does_not_fail_the_page() {
+        let mut deep = String::from("{}");
+        for _ in 0..200 {
+            deep = format!(r#"{{"f:k":{deep}}}"#);
+        }
+        let fields = format!(
+            r#"[{{"manager":"kubectl","operation":"Update","fieldsType":"FieldsV1","fieldsV1":{{"f:spec":{deep}}}}}]"#
+        );
+        let bad = format!(
+            r#"{{"metadata":{{"name":"deep","uid":"u2","resourceVersion":"7","labels":{{"a":"b"}},"managedFields":{fields}}},"spec":{{"storage":{{"storageUri":"hf://o/r"}}}}}}"#
+        );
+        let good = r#"{"metadata":{"name":"m","uid":"u1"},"spec":{"storage":{"storageUri":"hf://o/r"}}}"#;
+        let page = format!(
+            r#"{{"apiVersion":"v1","kind":"List","metadata":{{"resourceVersion":"1"}},"items":[{good},{bad}]}}"#
+        );
+        let decoded = serde_json::from_str::<kube::core::ObjectList<LeanModel>>(&page).expect("the page decodes");
+        let deep = &decoded.items[1].metadata;
+        assert_eq!(
+            (deep.name.as_deref(), deep.uid.as_deref(), deep.resource_version.as_deref()),
+            (Some("deep"), Some("u2"), Some("7"))
+        );
+        assert_eq!(deep.labels.as_ref().and_then(|l| l.get("a")).map(String::as_str), Some("b"));
     }
 }

@@ -357,7 +357,7 @@ fn publish_op(
     reason: Option<&str>,
     ctx: &Context,
 ) -> Option<(Op, IncOp)> {
-    let reason: Option<Arc<str>> = reason.map(Arc::from);
+    let reason: Option<Arc<str>> = reason.map(|r| Arc::from(wire::bounded_reason(r)));
     let target = Published::Status { status, reason: reason.clone() };
     if inc.published == target {
         return None;

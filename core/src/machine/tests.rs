@@ -1646,3 +1646,25 @@ fn only_a_change_confined_to_model_labels_skips_the_other_models() {
     }
     assert!(!changes_only_model_labels(&a, &renamed));
 }
+
+/// A review: a Failed reason was published whole. A storage URI that fits the spec's limit but
+/// does not parse made an entry of about 60 KiB on every node the model is placed on, and a few
+/// dozen such models (any tenant may create BaseModels) filled the ConfigMap past 1 MiB.
+#[test]
+fn a_failed_reason_in_an_entry_is_bounded() {
+    let mut h = H::new();
+    let uri = format!("ftp://{}", "x".repeat(60_000));
+    assert!(uri.len() < Config::new("node-1", ROOT).object_bytes_max, "the spec is kept");
+    let bad = obj(&ModelKey::namespaced("tenant", "m"), "u1", &uri, None);
+    let e = h.start(true, vec![bad]);
+    let all = h.settle(e);
+    let sizes: Vec<usize> = all
+        .iter()
+        .filter_map(|e| match &e.op {
+            Op::Publish { entry, .. } => Some(entry.to_json().len()),
+            _ => None,
+        })
+        .collect();
+    assert!(!sizes.is_empty());
+    assert!(sizes.iter().all(|&n| n <= 2 * wire::REASON_BYTES_MAX), "entry JSON sizes: {sizes:?}");
+}
