@@ -1668,13 +1668,9 @@ fn a_reserved_model_s_disown_keeps_no_co_owner_that_left_the_node() {
     assert!(seen.trashed.is_empty(), "the weights reserved b1 kept trashed: {:?}", seen.trashed);
 }
 
-// Swarm seed 37744: reserved `b` shared a directory with `a`, whose delete was a candidate (a
-// stale list had shown it again, its live read was out) when `b`'s delete was confirmed. `b`'s
-// disown kept `a` in the marker as a model that may stay; `a` was then confirmed gone, and the
-// sweep trashed the weights `b`'s label kept. A candidate is not kept: gone, it would leave the
-// files to the sweep; alive, it fetches them again.
-#[test]
-fn a_reserved_model_s_disown_keeps_no_co_owner_whose_delete_is_a_candidate() {
+/// Reserved `b` and `a` Ready at `shared`; `a`'s delete is a candidate, its live read left out
+/// (returned), when `b`'s delete is confirmed (the LISTs then show `a` when `a_lives`).
+fn reserved_gone_while_a_co_owner_is_a_candidate(a_lives: bool) -> (H, Seen, ModelObject, EffectId) {
     let at = Some("/mnt/models/shared");
     let a = obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", at);
     let b = reserved(obj(&ModelKey::cluster("b"), "b1", "hf://org/repo", at));
@@ -1684,13 +1680,24 @@ fn a_reserved_model_s_disown_keeps_no_co_owner_whose_delete_is_a_candidate() {
     let e = h.start_on(gpu_and_cpu().0, true, both.to_vec());
     run(&mut h, e, &mut seen, &[], &both);
     assert_eq!(seen.downloads.len(), 2, "{:?}", seen.downloads);
-    // `a`'s delete: a candidate, its live read left out.
     let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(a.clone().into()));
     let a_read = one_get(&e);
     run(&mut h, e, &mut seen, &[], &[]);
     let e = delete(&mut h, &b);
-    run(&mut h, e, &mut seen, &[], &[]);
+    let listed = if a_lives { std::slice::from_ref(&a) } else { &[] };
+    run(&mut h, e, &mut seen, &[], listed);
     assert_eq!(seen.disowned, vec![("b1".to_string(), "shared".to_string())]);
+    (h, seen, a, a_read)
+}
+
+// Swarm seed 37744: reserved `b` shared a directory with `a`, whose delete was a candidate (a
+// stale list had shown it again, its live read was out) when `b`'s delete was confirmed. `b`'s
+// disown kept `a` in the marker as a model that may stay; `a` was then confirmed gone, and the
+// sweep trashed the weights `b`'s label kept. A candidate is not kept: gone, it would leave the
+// files to the sweep; alive, it fetches them again.
+#[test]
+fn a_reserved_model_s_disown_keeps_no_co_owner_whose_delete_is_a_candidate() {
+    let (mut h, mut seen, _, a_read) = reserved_gone_while_a_co_owner_is_a_candidate(false);
     let named = seen.markers.as_ref().unwrap().get("shared");
     assert!(named.is_none_or(|n| !n.contains("a1")), "a1, a candidate, kept in the marker: {named:?}");
     // `a` is confirmed gone, and sweeps pass: `b`'s weights stay.
@@ -1708,19 +1715,7 @@ fn a_reserved_model_s_disown_keeps_no_co_owner_whose_delete_is_a_candidate() {
 // it, and fetches the weights again: Ready on them, in a marker of its own.
 #[test]
 fn a_candidate_left_out_of_a_reserved_model_s_disown_fetches_again_when_it_lives() {
-    let at = Some("/mnt/models/shared");
-    let a = obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", at);
-    let b = reserved(obj(&ModelKey::cluster("b"), "b1", "hf://org/repo", at));
-    let both = [a.clone(), b.clone()];
-    let mut seen = marked_at_shared(&["a1", "b1"], false);
-    let mut h = H::new();
-    let e = h.start_on(gpu_and_cpu().0, true, both.to_vec());
-    run(&mut h, e, &mut seen, &[], &both);
-    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(a.clone().into()));
-    let a_read = one_get(&e);
-    run(&mut h, e, &mut seen, &[], &[]);
-    let e = delete(&mut h, &b);
-    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&a));
+    let (mut h, mut seen, a, a_read) = reserved_gone_while_a_co_owner_is_a_candidate(true);
     assert!(!names(seen.markers.as_ref().unwrap(), "shared", &Uid::new("a1")));
     let e = h.input(Input::LiveRead { id: a_read, result: ReadResult::Found(a.clone().into()) });
     run(&mut h, e, &mut seen, &[], std::slice::from_ref(&a));
