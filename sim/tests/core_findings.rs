@@ -268,3 +268,14 @@ fn swarm_seeds_44142_46077_58561_let_a_model_fetch_the_source_a_reserved_holder_
         assert_clean_run(seed, model_agent_sim::scenario::swarm_knobs(seed, None, None));
     }
 }
+
+/// Found in seeds 82,000–83,999 (failing at the round's start too): BaseModel
+/// `clusterbasemodel/v-0009`, its keys held by ClusterBaseModel `basemodel.v-0009`, left node 1
+/// (releasing the `oci://` directory its marker named it in) and was placed there again; held,
+/// it never joined the directory back, and a co-owner's delete trashed its weights. A held model
+/// placed here stays a member of its own destination when the marker is known to name it there
+/// (`shared::member_draft`).
+#[test]
+fn swarm_seed_82997_keeps_the_weights_of_a_held_model_placed_again() {
+    assert_clean_run(82_997, model_agent_sim::scenario::swarm_knobs(82_997, None, None));
+}

@@ -486,7 +486,7 @@ fn waits_quietly(slot: &Slot, synced: bool, node: Option<&NodeView>, models_root
     // `member_draft` is none without a download, a directory owned or a spec that downloads.
     let uses_no_dir = |inc: &Incarnation| {
         (inc.owned_dir().is_none() && !inc.obj.spec().is_some_and(|s| s.uri.as_ref().is_ok_and(|u| u.downloads())))
-            || shared::member_draft(inc, models_root, (node, false)).is_none()
+            || shared::member_draft(inc, models_root, (node, None)).is_none()
     };
     let waits = |inc: &Incarnation| {
         inc.share.is_none()
@@ -502,6 +502,7 @@ fn waits_quietly(slot: &Slot, synced: bool, node: Option<&NodeView>, models_root
 /// decided without building its context.
 fn holds_quietly(env: &Env, inc: &Incarnation, is_current: bool) -> bool {
     let held = is_current && env.contest.is_some_and(|c| c.held_by.is_some());
+    let held = held.then_some(env.dirs);
     (!env.synced || inc.is_pending()) && shared::member_draft(inc, &env.config.models_root, (env.node, held)).is_none()
 }
 
@@ -526,7 +527,7 @@ fn context<'a>(
         // A colliding model's removal in flight may take a shared key: it lands first.
         predecessor_unsettled: is_current && (former_unsettled || env.contest.is_some_and(|c| c.settling)),
         update_model_spec: env.config.update_model_spec,
-        dir: shared::member_draft(inc, &env.config.models_root, (env.node, held_by.is_some()))
+        dir: shared::member_draft(inc, &env.config.models_root, (env.node, held_by.map(|_| env.dirs)))
             .map(|draft| draft.view(env.dirs, env.dirs_trashing, key, inc.uid())),
         markers_seen: env.markers_seen,
         node_witness_seq: env.node_witness_seq,

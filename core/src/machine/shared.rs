@@ -42,6 +42,9 @@ pub struct Member {
     pub link_abs: Option<Box<str>>,
 }
 
+/// Who uses each directory beneath the root (`State::dirs`).
+pub type Dirs = Map<Arc<str>, Arc<DirUse>>;
+
 /// Everyone using one directory beneath the root.
 #[derive(Clone, Debug, Default)]
 pub struct DirUse {
@@ -205,7 +208,7 @@ pub struct MemberDraft<'a> {
 pub fn member_draft<'a>(
     inc: &'a Incarnation,
     models_root: &str,
-    (node, held): (Option<&NodeView>, bool),
+    (node, held): (Option<&NodeView>, Option<&Dirs>),
 ) -> Option<MemberDraft<'a>> {
     let placed = || inc.may_stay() && eligible_now(inc, node) != Some(false);
     let plan = || match (inc.obj.spec(), &inc.dest) {
@@ -222,7 +225,16 @@ pub fn member_draft<'a>(
         }
         _ => None,
     };
-    let plan = || plan().filter(|(_, dir)| !held || inc.owned_dir() == Some(&**dir));
+    // Held (`held`: the directories, to read what their markers are known to name), it fetches
+    // nothing, but stays a member of its own destination while placed here if the marker there
+    // names it: a member leaving must not trash its weights (swarm seed 82997: withdrawn, it had
+    // released the directory; placed again but held, it never joined it back, and a co-owner's
+    // delete trashed them).
+    let own_dest = |dir: &str| inc.dest.as_ref().ok().and_then(|d| d.as_ref()?.beneath_root()) == Some(dir);
+    let named_in =
+        |dirs: &Dirs, dir: &str| own_dest(dir) && dirs.get(dir).is_some_and(|d| d.marked.contains(inc.uid()));
+    let keeps = |dir: &str| held.is_none_or(|dirs| inc.owned_dir() == Some(dir) || named_in(dirs, dir));
+    let plan = || plan().filter(|(_, dir)| keeps(dir));
     // A download still running (being cancelled, say) keeps it in that directory until it ends:
     // nothing else is decided for it meanwhile.
     let running = inc.download.as_ref().and_then(|run| run.plan.fetch_into());
@@ -388,7 +400,7 @@ pub(super) fn register(
     let mut affected = Vec::new();
     let held_current = held.then(|| slot.current.as_ref().map(|i| i.uid().clone())).flatten();
     for inc in slot.all_mut() {
-        let held = held_current.as_ref() == Some(inc.uid());
+        let held = (held_current.as_ref() == Some(inc.uid())).then_some(&*dirs);
         let draft = member_draft(inc, models_root, (node, held));
         let before = inc.share.as_ref().and_then(|s| s.registered.as_ref());
         let unchanged = match (&draft, before) {

@@ -1767,3 +1767,31 @@ fn a_reserved_model_away_counts_as_of_the_source_its_spec_names_now() {
     assert_eq!(seen.entries.get("clusterbasemodel.x").map(|e| e.status), Some(ModelStatus::Ready));
     assert!(seen.trashed.is_empty(), "{:?}", seen.trashed);
 }
+
+// Swarm seed 82997: held BaseModel `x` (its keys ClusterBaseModel `basemodel.x`'s) left the
+// node, releasing the directory its marker names it in to `prefill`, and was placed here again.
+// Held, it never joined the directory back, so `prefill`'s delete trashed its weights once the
+// Node witness came. A held model placed here stays a member of its own destination when the
+// marker there is known to name it.
+#[test]
+fn a_held_model_placed_again_keeps_the_weights_the_marker_names_it_for() {
+    let (a, owner, held) = prefill_and_held();
+    let held = gpu_only(held);
+    let (gpu, cpu) = gpu_and_cpu();
+    let models = vec![a.clone(), owner.clone(), held.clone()];
+    let marked = ["p1", "x1"].map(|u| OwnedDir { path: "shared".into(), uid: Uid::new(u), reserved: false });
+    let mut h = H::new();
+    let mut seen = Seen::default();
+    let e = h.start_on(gpu.clone(), true, models.clone());
+    run(&mut h, e, &mut seen, &marked, &models);
+    assert_eq!(h.view(&held.key, "x1").owned_dir.as_deref(), Some("shared"));
+    let e = leave_node(&mut h, &held, cpu);
+    run(&mut h, e, &mut seen, &marked, &models);
+    assert_eq!(h.view(&held.key, "x1").life, Life::Withdrawn);
+    assert_eq!(h.view(&held.key, "x1").owned_dir, None, "released to prefill");
+    let e = h.input(Input::NodeObserved(gpu));
+    run(&mut h, e, &mut seen, &marked, &models);
+    let e = delete(&mut h, &a);
+    run(&mut h, e, &mut seen, &marked, &[owner, held]);
+    assert!(seen.trashed.is_empty(), "x1's weights trashed: {:?}", seen.trashed);
+}
