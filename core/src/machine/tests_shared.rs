@@ -54,6 +54,25 @@ impl Seen {
         DriftSnapshot { owned_dirs, ..DriftSnapshot::default() }
     }
 
+    /// As the shell moves a directory to the trash (`fsops::trash_dir`): when markers are
+    /// followed, only one whose marker names `uid`.
+    fn trash(&mut self, path: &str, uid: &Uid) -> Outcome {
+        if self.markers.is_some() && !self.names(path, uid) {
+            return Outcome::Failed(format!("{path}: not {uid}'s: left alone"));
+        }
+        self.trashed.push(path.to_string());
+        if let Some(markers) = self.markers.as_mut() {
+            markers.remove(path);
+        }
+        Outcome::Done
+    }
+
+    /// The marker at `path` names `uid` (markers followed).
+    fn names(&self, path: &str, uid: &Uid) -> bool {
+        let named = self.markers.as_ref().and_then(|m| m.get(path));
+        named.is_some_and(|named| named.contains(uid.as_str()))
+    }
+
     /// As the shell gives a directory up (`fsops::disown_dir`): the marker keeps the uids of
     /// `keep` it names.
     fn disown(&mut self, path: &str, uid: &Uid, keep: &[Uid]) {
@@ -135,18 +154,7 @@ fn answer(
             seen.unlinks.push((link.clone(), copy.clone()));
             done
         }
-        // As the shell: only a directory whose marker names the uid moves (when markers are
-        // followed).
-        Op::TrashDir { path, uid, .. } if seen.markers.as_ref().is_some_and(|m| !names(m, path, uid)) => {
-            Input::EffectDone { id: e.id, outcome: Outcome::Failed(format!("{path}: not {uid}'s: left alone")) }
-        }
-        Op::TrashDir { path, .. } => {
-            seen.trashed.push(path.clone());
-            if let Some(markers) = seen.markers.as_mut() {
-                markers.remove(path);
-            }
-            done
-        }
+        Op::TrashDir { path, uid, .. } => Input::EffectDone { id: e.id, outcome: seen.trash(path, uid) },
         Op::DisownDir { uid, path, keep, .. } => {
             seen.disown(path, uid, keep);
             done
@@ -181,8 +189,12 @@ fn answer(
     Some(input)
 }
 
-fn names(markers: &BTreeMap<String, BTreeSet<String>>, path: &str, uid: &Uid) -> bool {
-    markers.get(path).is_some_and(|named| named.contains(uid.as_str()))
+/// Three drift passes, five minutes apart (each with its sweep), answered by `run` with `listed`.
+fn drift_passes(h: &mut H, seen: &mut Seen, listed: &[ModelObject]) {
+    for _ in 0..3 {
+        let e = h.advance(300_000);
+        run(h, e, seen, &[], listed);
+    }
 }
 
 /// `a`, placed only where the gpu label is, and `b`, placed everywhere: one source, one path.
@@ -1371,10 +1383,7 @@ fn the_sweep_after_a_disown_spares_a_directory_still_naming_a_released_co_owner(
     let e = delete(&mut h, &a);
     run(&mut h, e, &mut seen, &[], &[]);
     assert_eq!(seen.disowned, vec![("a1".to_string(), "shared".to_string())]);
-    for _ in 0..3 {
-        let e = h.advance(300_000);
-        run(&mut h, e, &mut seen, &[], &[]);
-    }
+    drift_passes(&mut h, &mut seen, &[]);
     assert!(seen.trashed.is_empty(), "a reserved model's weights trashed: {:?}", seen.trashed);
 }
 
@@ -1486,10 +1495,7 @@ fn exit_witnessed(h: &mut H, gets: Vec<EffectId>, w: &ModelObject, node: &NodeVi
 fn x_deleted_then_sweeps_spare_w(h: &mut H, seen: &mut Seen, x: &ModelObject, w: &ModelObject) {
     let e = delete(h, x);
     run(h, e, seen, &[], std::slice::from_ref(w));
-    for _ in 0..3 {
-        let e = h.advance(300_000);
-        run(h, e, seen, &[], std::slice::from_ref(w));
-    }
+    drift_passes(h, seen, std::slice::from_ref(w));
     assert!(seen.trashed.is_empty(), "the weights of live reserved w1 trashed: {:?}", seen.trashed);
 }
 
@@ -1661,10 +1667,7 @@ fn a_reserved_model_s_disown_keeps_no_co_owner_that_left_the_node() {
     // `a` is deleted too, and sweeps pass: `b`'s weights stay.
     let e = delete(&mut h, &a);
     run(&mut h, e, &mut seen, &[], &[]);
-    for _ in 0..3 {
-        let e = h.advance(300_000);
-        run(&mut h, e, &mut seen, &[], &[]);
-    }
+    drift_passes(&mut h, &mut seen, &[]);
     assert!(seen.trashed.is_empty(), "the weights reserved b1 kept trashed: {:?}", seen.trashed);
 }
 
@@ -1703,10 +1706,7 @@ fn a_reserved_model_s_disown_keeps_no_co_owner_whose_delete_is_a_candidate() {
     // `a` is confirmed gone, and sweeps pass: `b`'s weights stay.
     let e = h.input(Input::LiveRead { id: a_read, result: ReadResult::NotFound });
     run(&mut h, e, &mut seen, &[], &[]);
-    for _ in 0..3 {
-        let e = h.advance(300_000);
-        run(&mut h, e, &mut seen, &[], &[]);
-    }
+    drift_passes(&mut h, &mut seen, &[]);
     assert!(seen.trashed.is_empty(), "the weights reserved b1 kept trashed: {:?}", seen.trashed);
 }
 
@@ -1716,14 +1716,14 @@ fn a_reserved_model_s_disown_keeps_no_co_owner_whose_delete_is_a_candidate() {
 #[test]
 fn a_candidate_left_out_of_a_reserved_model_s_disown_fetches_again_when_it_lives() {
     let (mut h, mut seen, a, a_read) = reserved_gone_while_a_co_owner_is_a_candidate(true);
-    assert!(!names(seen.markers.as_ref().unwrap(), "shared", &Uid::new("a1")));
+    assert!(!seen.names("shared", &Uid::new("a1")));
     let e = h.input(Input::LiveRead { id: a_read, result: ReadResult::Found(a.clone().into()) });
     run(&mut h, e, &mut seen, &[], std::slice::from_ref(&a));
     assert_eq!(h.view(&a.key, "a1").life, Life::Observed);
     let e = h.advance(300_000);
     run(&mut h, e, &mut seen, &[], std::slice::from_ref(&a));
     assert_eq!(seen.downloads.len(), 3, "a fetches again: {:?}", seen.downloads);
-    assert!(names(seen.markers.as_ref().unwrap(), "shared", &Uid::new("a1")));
+    assert!(seen.names("shared", &Uid::new("a1")));
     assert_eq!(seen.entries.get("clusterbasemodel.a").map(|e| e.status), Some(ModelStatus::Ready));
     assert!(seen.trashed.is_empty(), "{:?}", seen.trashed);
 }
