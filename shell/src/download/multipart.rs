@@ -91,10 +91,7 @@ pub(super) fn hand_to_one_stream(partial_dir: &OwnedFd, file: &RemoteFile, name:
     if !disk::exists_at(partial_dir, &record_at) {
         return Ok(());
     }
-    let record = disk::read_small_at(partial_dir, &record_at, RECORD_BYTES_MAX)
-        .and_then(|bytes| serde_json::from_slice::<Record>(&bytes).ok())
-        .filter(|record| record_fits(record, file));
-    let prefix = record.map_or(0, |record| filled_prefix(record.parts.into_iter()));
+    let prefix = fitting_record(partial_dir, file, name).map_or(0, |record| filled_prefix(record.parts.into_iter()));
     let handle = disk::open_partial(partial_dir, name)?;
     let len = handle.metadata().map_err(|e| local(file, e))?.len();
     handle.set_len(prefix.min(len)).map_err(|e| local(file, e))?;
@@ -195,9 +192,7 @@ fn local(file: &RemoteFile, error: std::io::Error) -> DownloadError {
 fn open_parts(ctx: &Ctx, file: &RemoteFile, name: &str) -> Result<Parts, DownloadError> {
     let handle = disk::open_partial(&ctx.partial_dir, name)?;
     let len = handle.metadata().map_err(|e| local(file, e))?.len();
-    let record = disk::read_small_at(&ctx.partial_dir, &record_name(name), RECORD_BYTES_MAX)
-        .and_then(|bytes| serde_json::from_slice::<Record>(&bytes).ok())
-        .filter(|record| record_fits(record, file) && len == file.size_bytes);
+    let record = fitting_record(&ctx.partial_dir, file, name).filter(|_| len == file.size_bytes);
     let triples = match record {
         Some(record) => record.parts,
         None => {
@@ -227,6 +222,13 @@ fn chunk_bytes(size_bytes: u64, workers: usize) -> u64 {
     let workers = workers.clamp(1, PARTS_MAX) as u64;
     let per_worker = size_bytes.div_ceil(workers);
     size_bytes.div_ceil(PARTS_MAX as u64).max(CHUNK_TARGET_BYTES.min(per_worker)).max(1)
+}
+
+/// The parts record beside partial file `name`, when it reads and is for `file`.
+fn fitting_record(partial_dir: &OwnedFd, file: &RemoteFile, name: &str) -> Option<Record> {
+    disk::read_small_at(partial_dir, &record_name(name), RECORD_BYTES_MAX)
+        .and_then(|bytes| serde_json::from_slice::<Record>(&bytes).ok())
+        .filter(|record| record_fits(record, file))
 }
 
 /// The record is for this file and its parts tile it in order.
