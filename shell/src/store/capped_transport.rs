@@ -13,8 +13,8 @@ use std::task::{Context, Poll};
 use futures::Stream;
 use opendal::{Buffer, HttpBody, HttpTransport};
 
-/// A listing page larger than this is refused (S3's and Azure's are at most 1,000 and 5,000
-/// items of well under 1 KiB).
+/// A listing page larger than this is refused (S3's, GCS's and Azure's are at most 1,000, 1,000
+/// and 5,000 items of well under 1 KiB); the `gs://` transport's own read of a page keeps to it.
 pub const LIST_PAGE_BYTES_MAX: usize = 16 << 20;
 /// An error's body larger than this is refused (an S3 or Azure error is a short XML document).
 pub const ERROR_BODY_BYTES_MAX: usize = 1 << 20;
@@ -28,11 +28,17 @@ pub struct CappedTransport<T> {
     pub list_pages: Arc<AtomicUsize>,
 }
 
-/// S3's ListObjectsV2 (`list-type=2`) and Azure's List Blobs (`comp=list`).
+/// S3's ListObjectsV2 (`list-type=2`), Azure's List Blobs (`comp=list`) and GCS's objects list.
 fn is_listing(request: &http::Request<Buffer>) -> bool {
     let query = request.uri().query().unwrap_or_default();
-    request.method() == http::Method::GET
-        && query.split('&').any(|kv| kv.starts_with("list-type=") || kv == "comp=list")
+    let s3_or_azure = query.split('&').any(|kv| kv.starts_with("list-type=") || kv == "comp=list");
+    request.method() == http::Method::GET && (s3_or_azure || is_gcs_listing(request))
+}
+
+/// GCS's objects list (`GET …/storage/v1/b/{bucket}/o?…`).
+pub fn is_gcs_listing(request: &http::Request<Buffer>) -> bool {
+    let path = request.uri().path();
+    request.method() == http::Method::GET && path.contains("/storage/v1/b/") && path.ends_with("/o")
 }
 
 impl<T: HttpTransport> HttpTransport for CappedTransport<T> {
@@ -129,6 +135,8 @@ mod tests {
         }
         let e = read(&transport, "http://s3/b?list-type=2&continuation-token=same").await.unwrap_err();
         assert!(e.to_string().contains("past 2000 pages"), "{e}");
+        let gcs = read(&transport, "http://gcs/storage/v1/b/models/o?pageToken=same").await.unwrap_err();
+        assert!(gcs.to_string().contains("past 2000 pages"), "a GCS listing counts too: {gcs}");
         assert_eq!(read(&transport, "http://s3/b/m/w.bin").await.unwrap(), 0, "object reads are not counted");
     }
 }

@@ -17,8 +17,7 @@ use opendal::raw::oio::ReadStream;
 use opendal::{Buffer, HttpBody, HttpTransport};
 use serde::Deserialize;
 
-/// A listing page larger than this is refused (GCS's are at most 1,000 items of about 1 KiB).
-const LIST_PAGE_BYTES_MAX: usize = 16 << 20;
+use super::capped_transport::{LIST_PAGE_BYTES_MAX, is_gcs_listing};
 
 /// The `crc32c` (8 hex digits) of each listed object without `md5Hash`, by object name.
 #[derive(Debug, Default)]
@@ -94,14 +93,9 @@ pub fn token_uri_of(service_account_json: &str) -> Result<Option<http::Uri>, Str
     }
 }
 
-fn is_listing(request: &http::Request<Buffer>) -> bool {
-    let path = request.uri().path();
-    request.method() == http::Method::GET && path.contains("/storage/v1/b/") && path.ends_with("/o")
-}
-
 impl<T: HttpTransport> HttpTransport for GcsTransport<T> {
     async fn fetch(&self, mut request: http::Request<Buffer>) -> opendal::Result<http::Response<HttpBody>> {
-        let listing = is_listing(&request);
+        let listing = is_gcs_listing(&request);
         if let Some(token_uri) = &self.token_uri
             && request.method() == http::Method::POST
             && request.uri() == GOOGLE_TOKEN_URI
