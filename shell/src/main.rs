@@ -20,6 +20,8 @@ macro_rules! model_log {
 }
 
 mod agent;
+#[cfg(test)]
+mod canned_http;
 mod cli;
 mod credentials;
 mod download;

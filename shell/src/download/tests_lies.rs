@@ -1,7 +1,5 @@
 //! A Hub that lies about sizes (found by a review: sums that wrapped, or panicked in a debug build).
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
 use super::tests::{Root, job};
 use super::*;
 
@@ -9,40 +7,17 @@ const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
 
 /// A Hub answering the revision and tree APIs; every other request is a 404.
 async fn lying_hub(tree: String) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        loop {
-            let (mut socket, _) = listener.accept().await.unwrap();
-            let tree = tree.clone();
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let head = String::from_utf8_lossy(&buf[..end]).to_string();
-                        buf.drain(..end + 4);
-                        let path = head.split(' ').nth(1).unwrap_or("").to_string();
-                        let (status, body) = if path.contains("/revision/") {
-                            ("200 OK", format!("{{\"sha\":\"{SHA}\"}}"))
-                        } else if path.contains("/tree/") {
-                            ("200 OK", tree.clone())
-                        } else {
-                            ("404 Not Found", String::new())
-                        };
-                        let answer = format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\n\r\n{body}", body.len());
-                        if socket.write_all(answer.as_bytes()).await.is_err() {
-                            return;
-                        }
-                    }
-                    match socket.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
-            });
+    let answer = move |head: &str| {
+        let path = head.split(' ').nth(1).unwrap_or("");
+        if path.contains("/revision/") {
+            ("200 OK", format!("{{\"sha\":\"{SHA}\"}}"))
+        } else if path.contains("/tree/") {
+            ("200 OK", tree.clone())
+        } else {
+            ("404 Not Found", String::new())
         }
-    });
+    };
+    let (port, _) = crate::canned_http::serve(None, answer).await;
     format!("http://127.0.0.1:{port}")
 }
 

@@ -123,45 +123,11 @@ fn s3_store(endpoint: &str) -> super::Store {
     open(&StorageUri::parse("s3://b/p").unwrap(), &full, client()).unwrap()
 }
 
-/// A server answering every request with `body` (an S3 ListObjectsV2 page); counts the requests.
+/// A server answering every request with `body` (an S3 ListObjectsV2 page; nothing to a HEAD);
+/// counts the requests.
 async fn fake_s3(body: &'static str) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let requests = Arc::new(AtomicUsize::new(0));
-    let counted = requests.clone();
-    tokio::spawn(async move {
-        loop {
-            let (mut socket, _) = listener.accept().await.unwrap();
-            let counted = counted.clone();
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let is_head = buf.starts_with(b"HEAD ");
-                        buf.drain(..end + 4);
-                        counted.fetch_add(1, Ordering::Relaxed);
-                        let body = if is_head { "" } else { body };
-                        let head = format!(
-                            "HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\nContent-Length: {}\r\n\r\n",
-                            body.len()
-                        );
-                        if socket.write_all(format!("{head}{body}").as_bytes()).await.is_err() {
-                            return;
-                        }
-                    }
-                    match socket.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
-            });
-        }
-    });
-    (port, requests)
+    let answer = move |head: &str| ("200 OK", if head.starts_with("HEAD ") { "" } else { body }.to_string());
+    crate::canned_http::serve(Some("application/xml"), answer).await
 }
 
 /// An S3-compatible server whose ListObjectsV2 says "truncated" forever with no objects.
