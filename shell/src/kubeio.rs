@@ -31,11 +31,15 @@ pub const LIVE_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// past it fails the batch, which the core retries (every write is idempotent).
 pub const WRITE_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// `request`, or why it did not answer within `WRITE_REQUEST_TIMEOUT`.
-async fn within<T>(what: impl FnOnce() -> String, request: impl Future<Output = T>) -> Result<T, String> {
-    tokio::time::timeout(WRITE_REQUEST_TIMEOUT, request)
+/// `request`, or why it did not answer within `timeout`.
+async fn within<T>(
+    timeout: Duration,
+    what: impl FnOnce() -> String,
+    request: impl Future<Output = T>,
+) -> Result<T, String> {
+    tokio::time::timeout(timeout, request)
         .await
-        .map_err(|_| format!("{} timed out after {} s", what(), WRITE_REQUEST_TIMEOUT.as_secs()))
+        .map_err(|_| format!("{} timed out after {} s", what(), timeout.as_secs()))
 }
 /// Changes written in one node patch and one ConfigMap write, at most.
 pub const WRITE_BATCH_MAX: usize = 2_000;
@@ -417,8 +421,12 @@ async fn patch_labels(client: &Client, node: &str, labels: &BTreeMap<&str, Optio
     let nodes: Api<Node> = Api::all(client.clone());
     let patch = serde_json::json!({"metadata": {"labels": labels}});
     let started = std::time::Instant::now();
-    match within(|| format!("patching node {node} labels"), nodes.patch(node, &patch_params(), &Patch::Merge(&patch)))
-        .await?
+    match within(
+        WRITE_REQUEST_TIMEOUT,
+        || format!("patching node {node} labels"),
+        nodes.patch(node, &patch_params(), &Patch::Merge(&patch)),
+    )
+    .await?
     {
         Ok(_) => {
             debug!(labels = labels.len(), elapsed_us = started.elapsed().as_micros() as u64, "patched node labels");
@@ -455,7 +463,9 @@ async fn write_configmap(client: &Client, node: &str, namespace: &str, batch: &[
     let identity = wire::configmap_identity(node);
     for _attempt in 0..CONFIGMAP_ATTEMPTS_MAX {
         let what = || format!("GET configmap {namespace}/{node}");
-        let current = within(what, api.get_opt(&identity.name)).await?.map_err(|e| format!("{}: {e}", what()))?;
+        let current = within(WRITE_REQUEST_TIMEOUT, what, api.get_opt(&identity.name))
+            .await?
+            .map_err(|e| format!("{}: {e}", what()))?;
         let exists = current.is_some();
         let mut cm = current.unwrap_or_default();
         let data = cm.data.get_or_insert_with(Default::default);
@@ -480,11 +490,11 @@ async fn write_configmap(client: &Client, node: &str, namespace: &str, batch: &[
         }
         let what = || format!("writing configmap {namespace}/{node}");
         let result = if exists {
-            within(what, api.replace(&identity.name, &post_params(), &cm)).await?
+            within(WRITE_REQUEST_TIMEOUT, what, api.replace(&identity.name, &post_params(), &cm)).await?
         } else {
             md.name = Some(identity.name.clone());
             md.namespace = Some(namespace.to_string());
-            within(what, api.create(&post_params(), &cm)).await?
+            within(WRITE_REQUEST_TIMEOUT, what, api.create(&post_params(), &cm)).await?
         };
         match result {
             Ok(_) => return Ok(()),
@@ -502,11 +512,9 @@ async fn write_configmap(client: &Client, node: &str, namespace: &str, batch: &[
 pub async fn snapshot_api(client: &Client, node: &str, namespace: &str) -> Result<DriftSnapshot, String> {
     // Each read bounded like a live read: a drift pass answers within the period's floor
     // (`cli::DRIFT_PERIOD_MS_MIN`), so the next pass never replaces it unanswered.
-    let timed_out = |what: String| format!("{what} timed out after {} s", LIVE_READ_TIMEOUT.as_secs());
     let nodes: Api<Node> = Api::all(client.clone());
-    let n = tokio::time::timeout(LIVE_READ_TIMEOUT, nodes.get(node))
-        .await
-        .map_err(|_| timed_out(format!("GET node {node}")))?
+    let n = within(LIVE_READ_TIMEOUT, || format!("GET node {node}"), nodes.get(node))
+        .await?
         .map_err(|e| format!("GET node {node}: {e}"))?;
     let labels = n
         .metadata
@@ -517,9 +525,8 @@ pub async fn snapshot_api(client: &Client, node: &str, namespace: &str) -> Resul
         .map(|(k, v)| (Arc::from(k), Arc::from(v)))
         .collect();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-    let cm = tokio::time::timeout(LIVE_READ_TIMEOUT, cms.get_opt(node))
-        .await
-        .map_err(|_| timed_out(format!("GET configmap {namespace}/{node}")))?
+    let cm = within(LIVE_READ_TIMEOUT, || format!("GET configmap {namespace}/{node}"), cms.get_opt(node))
+        .await?
         .map_err(|e| format!("GET configmap {namespace}/{node}: {e}"))?;
     let entries = cm
         .and_then(|c| c.data)
