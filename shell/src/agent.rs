@@ -277,9 +277,10 @@ fn dispatch(ctx: &Ctx, Effect { id, op }: Effect) {
             let _permit = c.reads.acquire().await;
             Some(Input::NodeRead { id, result: kubeio::live_get_node(&c.client, &c.node).await })
         }),
-        Op::LiveList { kind } => spawn(ctx, async move |c: Ctx| {
+        Op::LiveList { kind, timeout_ms } => spawn(ctx, async move |c: Ctx| {
             let _permit = c.reads.acquire().await;
-            Some(Input::LiveList { id, result: kubeio::live_list(&c.client, kind, c.spec_bytes_max).await })
+            let deadlines = kubeio::ListDeadlines::of(timeout_ms);
+            Some(Input::LiveList { id, result: kubeio::live_list(&c.client, kind, c.spec_bytes_max, deadlines).await })
         }),
         Op::VerifyLocal { key, path, parse_metadata, .. } => {
             spawn(ctx, async move |c: Ctx| Some(verify_local(&c, id, &key, &path, parse_metadata).await))

@@ -250,29 +250,52 @@ pub const LIST_PAGE_ITEMS: u32 = WATCH_PAGE_ITEMS;
 /// Pages of one live LIST before it is given up as failed (100,000 objects at `LIST_PAGE_ITEMS`).
 pub const LIST_PAGES_MAX: usize = 10_000;
 
+/// How long a live LIST may take: `all` of it (the core's deadline, which grows with the models
+/// it keeps) and each `page` (a GET's: a silent API server is found as soon as a lone read would).
+#[derive(Clone, Copy, Debug)]
+pub struct ListDeadlines {
+    pub all: Duration,
+    pub page: Duration,
+}
+
+impl ListDeadlines {
+    /// The core's `timeout_ms` for the whole LIST, or a GET's deadline when it gives none.
+    pub fn of(timeout_ms: Option<u64>) -> ListDeadlines {
+        let all = timeout_ms.map_or(LIVE_READ_TIMEOUT, Duration::from_millis);
+        ListDeadlines { all, page: LIVE_READ_TIMEOUT.min(all) }
+    }
+}
+
 /// Quorum LIST of one kind, paged and followed to the end, bounded in time. An item that cannot
 /// be identified, or a continue token that cannot be followed, fails the whole read: a partial
 /// list must never answer a candidate as NotFound.
-pub async fn live_list(client: &Client, kind: Kind, spec_bytes_max: usize) -> ListResult {
+pub async fn live_list(client: &Client, kind: Kind, spec_bytes_max: usize, deadlines: ListDeadlines) -> ListResult {
     let api: Api<LeanModel> = Api::all_with(client.clone(), &model_resource(kind));
-    match tokio::time::timeout(LIVE_READ_TIMEOUT, list_pages(&api, kind, spec_bytes_max)).await {
-        Err(_) => {
-            ListResult::Failed(format!("LIST {} timed out after {} s", kind.plural(), LIVE_READ_TIMEOUT.as_secs()))
-        }
+    let all = deadlines.all;
+    match tokio::time::timeout(all, list_pages(&api, kind, spec_bytes_max, deadlines.page)).await {
+        Err(_) => ListResult::Failed(format!("LIST {} timed out after {} ms", kind.plural(), all.as_millis())),
         Ok(Err(reason)) => ListResult::Failed(format!("LIST {}: {reason}", kind.plural())),
         Ok(Ok(objects)) => ListResult::Listed(objects.into_iter().map(Arc::new).collect()),
     }
 }
 
-async fn list_pages(api: &Api<LeanModel>, kind: Kind, spec_bytes_max: usize) -> Result<Vec<ModelObject>, String> {
+async fn list_pages(
+    api: &Api<LeanModel>,
+    kind: Kind,
+    spec_bytes_max: usize,
+    page_timeout: Duration,
+) -> Result<Vec<ModelObject>, String> {
     let mut objects = Vec::new();
     let mut token: Option<String> = None;
-    for _ in 0..LIST_PAGES_MAX {
+    for pages in 0..LIST_PAGES_MAX {
         let mut params = ListParams::default().limit(LIST_PAGE_ITEMS);
         if let Some(t) = &token {
             params = params.continue_token(t);
         }
-        let page = api.list(&params).await.map_err(|e| e.to_string())?;
+        let page = match tokio::time::timeout(page_timeout, api.list(&params)).await {
+            Err(_) => return Err(format!("page {} timed out after {} ms", pages + 1, page_timeout.as_millis())),
+            Ok(answer) => answer.map_err(|e| e.to_string())?,
+        };
         for item in page.items {
             let name = item.metadata.name.clone().unwrap_or_else(|| "<no name>".into());
             objects.push(
@@ -576,5 +599,67 @@ mod tests {
         let e = answered.expect("the batch had no answer after 45 s").unwrap_err();
         assert!(e.contains("timed out after 10 s"), "{e}");
         assert!(started.elapsed() < Duration::from_secs(25), "the patch and the read each within 10 s");
+    }
+
+    /// A ClusterBaseModel LIST served in `pages` pages of one object, each answered after
+    /// `delay_ms(page)`: the request's `continue` token names the page asked for.
+    async fn paged_list_server(pages: usize, delay_ms: fn(usize) -> u64) -> Client {
+        let (port, _) = crate::canned_http::serve(Some("application/json"), move |head| {
+            let page = head.split_once("continue=").map_or(1, |(_, rest)| {
+                rest.split(|c: char| !c.is_ascii_digit()).next().and_then(|n| n.parse().ok()).unwrap_or(1)
+            });
+            std::thread::sleep(Duration::from_millis(delay_ms(page)));
+            let next = if page < pages { format!(r#","continue":"{}""#, page + 1) } else { String::new() };
+            let item = format!(r#"{{"metadata":{{"name":"m{page}","uid":"u{page}","resourceVersion":"{page}"}},"spec":{{"storage":{{"storageUri":"hf://o/r"}}}}}}"#);
+            let body = format!(
+                r#"{{"apiVersion":"ome.io/v1beta1","kind":"ClusterBaseModelList","metadata":{{"resourceVersion":"9"{next}}},"items":[{item}]}}"#
+            );
+            ("200 OK", body)
+        })
+        .await;
+        Client::try_from(kube::Config::new(format!("http://127.0.0.1:{port}").parse().unwrap())).unwrap()
+    }
+
+    /// A LIST of thousands of objects took longer than one GET's deadline on a loaded API
+    /// server, so every LIST failed and its candidates waited for good: the whole LIST now has
+    /// the core's deadline, which grows with the models it keeps.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_live_list_longer_than_one_page_s_deadline_ends_within_its_own() {
+        let client = paged_list_server(6, |_| 100).await;
+        let page = Duration::from_millis(400);
+        let longer = ListDeadlines { all: Duration::from_secs(5), page };
+        match live_list(&client, Kind::ClusterBaseModel, 1 << 20, longer).await {
+            ListResult::Listed(objects) => assert_eq!(objects.len(), 6),
+            ListResult::Failed(reason) => panic!("{reason}"),
+        }
+        let one_read_s = ListDeadlines { all: page, page };
+        match live_list(&client, Kind::ClusterBaseModel, 1 << 20, one_read_s).await {
+            ListResult::Failed(reason) => assert!(reason.contains("timed out after 400 ms"), "{reason}"),
+            ListResult::Listed(_) => panic!("six pages of 100 ms fit in 400 ms"),
+        }
+    }
+
+    /// A page that never comes fails the LIST within a GET's deadline, however long the whole
+    /// LIST may take: a silent API server is found as soon as a lone read would find it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_silent_page_fails_the_live_list_within_one_page_s_deadline() {
+        let client = paged_list_server(3, |page| if page == 2 { 3_000 } else { 0 }).await;
+        let started = std::time::Instant::now();
+        let deadlines = ListDeadlines { all: Duration::from_secs(20), page: Duration::from_millis(300) };
+        match live_list(&client, Kind::ClusterBaseModel, 1 << 20, deadlines).await {
+            ListResult::Failed(reason) => assert!(reason.contains("page 2 timed out after 300 ms"), "{reason}"),
+            ListResult::Listed(_) => panic!("page 2 never came in time"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    }
+
+    #[test]
+    fn a_list_without_the_core_s_deadline_takes_a_get_s() {
+        let old = ListDeadlines::of(None);
+        assert_eq!((old.all, old.page), (LIVE_READ_TIMEOUT, LIVE_READ_TIMEOUT));
+        let long = ListDeadlines::of(Some(25_000));
+        assert_eq!((long.all, long.page), (Duration::from_secs(25), LIVE_READ_TIMEOUT));
+        let short = ListDeadlines::of(Some(2_000));
+        assert_eq!((short.all, short.page), (Duration::from_secs(2), Duration::from_secs(2)));
     }
 }

@@ -649,7 +649,7 @@ impl World {
             (Op::LiveGetNode, Some(reason)) => Input::NodeRead { id, result: NodeReadResult::Failed(reason) },
             (Op::LiveGetNode, None) => Input::NodeRead { id, result: NodeReadResult::Found(self.api.node_view(node)) },
             (Op::LiveList { .. }, Some(reason)) => Input::LiveList { id, result: ListResult::Failed(reason) },
-            (Op::LiveList { kind }, None) => {
+            (Op::LiveList { kind, .. }, None) => {
                 Input::LiveList { id, result: ListResult::Listed(self.api.list(*kind, None)) }
             }
             _ => unreachable!("exec_read is given live reads only"),

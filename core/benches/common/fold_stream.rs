@@ -71,7 +71,7 @@ impl<O: Observe> Driver<O> {
                 let i: usize = key.name[6..].parse().expect("bench names");
                 Input::LiveRead { id: e.id, result: ReadResult::Found(objs[i].clone()) }
             }
-            Op::LiveList { kind } => {
+            Op::LiveList { kind, .. } => {
                 let listed = objs.iter().filter(|o| o.key.kind == *kind).cloned().collect();
                 Input::LiveList { id: e.id, result: model_agent_core::machine::ListResult::Listed(listed) }
             }

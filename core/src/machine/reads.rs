@@ -298,7 +298,8 @@ impl State {
     /// is not in flight (due or backing off: answering early is harmless).
     pub(super) fn issue_list(&mut self, st: &mut Step, kind: Kind, purpose: ListPurpose) -> EffectId {
         let keys = sorted(self.kinds[kind.index()].pending.iter().cloned().collect());
-        let deadline = st.now.plus_ms(self.config.live_read_timeout_ms);
+        let timeout_ms = self.list_timeout_ms();
+        let deadline = st.now.plus_ms(timeout_ms.unwrap_or(self.config.live_read_timeout_ms));
         let id = self.effect_id();
         let mut covered = Vec::new();
         for key in &keys {
@@ -318,10 +319,22 @@ impl State {
         let sent = Sent { seq: st.seq, at: st.now };
         let owner = Owner::List { kind, keys: Arc::new(covered), purpose, deadline, sent };
         self.inflight.insert(id, owner);
-        st.out.push(Effect { id, op: Op::LiveList { kind } });
+        st.out.push(Effect { id, op: Op::LiveList { kind, timeout_ms } });
         self.set_timer(deadline, TimerKey::ReadDeadline(id));
         self.kinds[kind.index()].list_inflight = Some(id);
         self.stats.live_lists += 1;
         id
+    }
+
+    /// A LIST's deadline: a GET's, and `live_list_ms_per_model` for each model kept (the
+    /// objects of both kinds: a bound on the kind's), capped; none when not configured.
+    fn list_timeout_ms(&self) -> Option<u64> {
+        let per_model = self.config.live_list_ms_per_model;
+        if per_model == 0 {
+            return None;
+        }
+        let paging_ms = (self.slots.len() as u64).saturating_mul(per_model);
+        let timeout_ms = self.config.live_read_timeout_ms.saturating_add(paging_ms);
+        Some(timeout_ms.min(LIVE_LIST_TIMEOUT_MS_MAX.max(self.config.live_read_timeout_ms)))
     }
 }

@@ -170,7 +170,10 @@ pub(super) fn gets(effects: &[Effect]) -> Vec<(EffectId, ModelKey)> {
 }
 
 pub(super) fn lists(effects: &[Effect]) -> Vec<(EffectId, Kind)> {
-    effects.iter().filter_map(|e| if let Op::LiveList { kind } = &e.op { Some((e.id, *kind)) } else { None }).collect()
+    effects
+        .iter()
+        .filter_map(|e| if let Op::LiveList { kind, .. } = &e.op { Some((e.id, *kind)) } else { None })
+        .collect()
 }
 
 pub(super) fn destructive(effects: &[Effect]) -> Vec<&Op> {

@@ -187,3 +187,48 @@ fn a_config_recorded_before_the_window_reads_as_before() {
     one_get(&delete(&mut h, &objs[1]));
     assert_eq!(h.s.next_deadline(), Some(Instant(10_000)), "no window timer: the reads' deadline is next");
 }
+
+/// The LIST of a storm pages through every object of its kind: one GET's deadline for
+/// thousands of objects failed every LIST on a loaded API server and its candidates waited for
+/// good. Its deadline grows with the models kept (`live_list_ms_per_model`), and the shell is
+/// given it; a trace's configuration without it keeps one GET's deadline.
+#[test]
+fn a_list_s_deadline_grows_with_the_models_kept() {
+    let (mut h, objs) = ready_many(400);
+    let per_model = h.s.config().live_list_ms_per_model;
+    assert_eq!(per_model, LIVE_LIST_MS_PER_MODEL_DEFAULT);
+    let timeout_ms = 10_000 + 400 * per_model;
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::RelistDone);
+    let sent: Vec<_> = e.iter().filter(|x| matches!(x.op, Op::LiveList { .. })).collect();
+    assert_eq!(sent.len(), 1, "{e:?}");
+    assert_eq!(sent[0].op, Op::LiveList { kind: Kind::ClusterBaseModel, timeout_ms: Some(timeout_ms) });
+    let id = sent[0].id;
+    h.advance(timeout_ms - 1);
+    assert_eq!(h.s.stats().reads_timed_out, 0, "still within its deadline past a GET's");
+    h.input(Input::LiveList { id, result: listed(&objs, &["c7"]) });
+    assert_eq!(h.s.stats().phantom_deletes_suppressed, 399);
+    assert!(h.s.pending_confirmations().0 <= 1);
+
+    let mut old = H::with(Config { live_list_ms_per_model: 0, ..Config::new("node-1", ROOT) });
+    let e = old.start(false, objs.clone());
+    old.settle(e);
+    old.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
+    let e = old.watch(Kind::ClusterBaseModel, WatchEvent::RelistDone);
+    assert!(e.iter().any(|x| x.op == Op::LiveList { kind: Kind::ClusterBaseModel, timeout_ms: None }), "{e:?}");
+    old.advance(10_000);
+    assert_eq!(old.s.stats().reads_timed_out, 1, "one GET's deadline");
+}
+
+#[test]
+fn a_list_s_deadline_is_capped() {
+    let config = Config { live_list_ms_per_model: 1_000_000, ..Config::new("node-1", ROOT) };
+    let mut h = H::with(config);
+    let objs: Vec<ModelObject> = (0..3).map(|i| local(&format!("c{i}"), &format!("u{i}"))).collect();
+    let e = h.start(false, objs);
+    h.settle(e);
+    h.watch(Kind::ClusterBaseModel, WatchEvent::RelistStarted);
+    let e = h.watch(Kind::ClusterBaseModel, WatchEvent::RelistDone);
+    let wanted = Op::LiveList { kind: Kind::ClusterBaseModel, timeout_ms: Some(LIVE_LIST_TIMEOUT_MS_MAX) };
+    assert!(e.iter().any(|x| x.op == wanted), "{e:?}");
+}

@@ -167,7 +167,7 @@ fn answer(
             seen.entries.remove(cm_key);
             done
         }
-        Op::LiveList { kind } => {
+        Op::LiveList { kind, .. } => {
             let objs = listed.iter().filter(|o| o.key.kind == *kind).cloned().map(Arc::new).collect();
             Input::LiveList { id: e.id, result: ListResult::Listed(objs) }
         }

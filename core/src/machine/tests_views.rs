@@ -181,7 +181,7 @@ fn answer_reads(h: &mut H, mut e: Vec<Effect>, live: &[ModelObject], live_node: 
                     let found = live.iter().find(|o| &o.key == key).cloned().map(Arc::new);
                     Input::LiveRead { id: eff.id, result: found.map_or(ReadResult::NotFound, ReadResult::Found) }
                 }
-                Op::LiveList { kind } => {
+                Op::LiveList { kind, .. } => {
                     let items = live.iter().filter(|o| o.key.kind == *kind).cloned().map(Arc::new).collect();
                     Input::LiveList { id: eff.id, result: ListResult::Listed(items) }
                 }
