@@ -103,6 +103,10 @@ impl TryFrom<DestPathParts> for DestPath {
     }
 }
 
+/// Names beneath the models root that the agent keeps for its own files: the trash
+/// (`.model-agent-trash`, whose entries are purged), markers, partial files, manifests.
+pub const AGENT_NAME_PREFIX: &str = ".model-agent-";
+
 /// Lexically normalise an absolute path, rejecting what the agent must never act on. Borrowed
 /// when it is normal already, as nearly every path is.
 pub fn normalize_absolute(path: &str) -> Result<Cow<'_, str>, String> {
@@ -184,6 +188,13 @@ pub fn dest_path(spec: &ModelSpec, models_root: &str) -> Result<Option<DestPath>
     let root = normalize_absolute(models_root).map_err(|e| format!("models root: {e}"))?;
     let absolute = normalize_absolute(&raw).map_err(|e| format!("spec.storage.path rejected: {e}"))?;
     let dest = DestPath::under_root(&absolute, &root);
+    if let Some(name) = dest.beneath_root().and_then(|rel| rel.split('/').find(|c| c.starts_with(AGENT_NAME_PREFIX))) {
+        return Err(format!(
+            "spec.storage.path rejected: {:?} is inside {name:?}, a name the agent keeps for its own \
+             files beneath the models root (its trash is purged)",
+            dest.absolute()
+        ));
+    }
     if provisioning == Provisioning::Download && dest.beneath_root().is_none() {
         return Err(format!(
             "spec.storage.path rejected: {:?} is not beneath the models root {root:?}; \
@@ -216,6 +227,20 @@ mod tests {
         assert_eq!(d.absolute(), "/mnt/models/hf:/org/model");
         assert_eq!(d.beneath_root(), Some("hf:/org/model"));
         assert_eq!(dest("hf://org/model", None).unwrap().unwrap().absolute(), "/mnt/models/hf:/org/model");
+    }
+
+    /// A review: a path inside the trash folder passed every check, the scan listed the live
+    /// directory as a trash entry, and the core purged it after its grace period.
+    #[test]
+    fn a_path_inside_the_agent_s_own_names_is_rejected_with_a_reason() {
+        for path in ["/mnt/models/.model-agent-trash/llama", "/mnt/models/team/.model-agent-partial/x"] {
+            for uri in ["hf://o/r", "local:///mnt/models/x"] {
+                let e = dest(uri, Some(path)).unwrap_err();
+                assert!(e.contains("a name the agent keeps for its own files"), "{uri} {path}: {e}");
+            }
+        }
+        assert!(dest("local:///data/.model-agent-trash/x", None).is_ok(), "outside the root: not the agent's");
+        assert!(dest("hf://o/r", Some("/mnt/models/team/model-agent-x")).is_ok());
     }
 
     #[test]

@@ -5,8 +5,10 @@
 //! delete outside the root. A directory is only moved to the trash when its marker names the uid
 //! being cleaned up.
 
+use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use nix::dir::{Dir, Type};
@@ -20,10 +22,14 @@ pub(crate) const DIR_FLAGS: OFlag =
     OFlag::O_RDONLY.union(OFlag::O_DIRECTORY).union(OFlag::O_NOFOLLOW).union(OFlag::O_CLOEXEC);
 
 use model_agent_core::Uid;
+use model_agent_core::dest_path::AGENT_NAME_PREFIX;
 use model_agent_core::machine::{OwnedDir, RootProbe};
 
 /// The marker file an agent writes into each directory it downloads.
 pub const MARKER: &str = ".model-agent-owner";
+/// A marker names a few uids (about 40 bytes each); a larger file in its place is not the agent's
+/// and is never read whole.
+pub const MARKER_BYTES_MAX: u64 = 4 << 20;
 /// The trash folder beneath the models root.
 pub const TRASH: &str = ".model-agent-trash";
 /// How deep the snapshot looks for markers beneath the root.
@@ -129,35 +135,106 @@ impl Marker {
     }
 }
 
-fn open_root(root: &Path) -> Result<OwnedFd, String> {
-    nix::fcntl::open(root, DIR_FLAGS, Mode::empty()).map_err(|e| format!("{}: {e}", root.display()))
+/// The models root itself, as the operator gave it: a symlink there is followed (as the probe
+/// and the `local://` check follow it; refusing it made the probe say Ready while nothing beneath
+/// could be read or written). Everything beneath it is opened from this fd, never through one.
+pub(crate) fn open_root(root: &Path) -> Result<OwnedFd, String> {
+    open_root_errno(root).map_err(|e| format!("{}: {e}", root.display()))
+}
+
+/// `open_root`, its errno kept.
+pub(crate) fn open_root_errno(root: &Path) -> nix::Result<OwnedFd> {
+    let flags = OFlag::O_RDONLY.union(OFlag::O_DIRECTORY).union(OFlag::O_CLOEXEC);
+    nix::fcntl::open(root, flags, Mode::empty())
+}
+
+/// Why a directory beneath the root could not be opened: the call's errno (ENOENT: it is not
+/// there) and a message naming the path. Matched on the errno, never on the message, which names
+/// the path and may hold any text.
+#[derive(Debug)]
+pub(crate) struct BeneathError {
+    pub errno: Errno,
+    pub message: String,
+}
+
+impl BeneathError {
+    pub fn is_gone(&self) -> bool {
+        self.errno == Errno::ENOENT
+    }
+}
+
+impl From<BeneathError> for String {
+    fn from(e: BeneathError) -> String {
+        e.message
+    }
+}
+
+/// How every file beneath the root is opened: never through a symlink, and never waiting on a
+/// pipe or a device (`O_NONBLOCK`; a pipe in a marker's or a weight's place blocked `open` for
+/// good). Regular files ignore `O_NONBLOCK`.
+const FILE_FLAGS: OFlag = OFlag::O_NOFOLLOW.union(OFlag::O_NONBLOCK).union(OFlag::O_CLOEXEC);
+
+/// Why a file beneath the root could not be opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FileError {
+    Sys(Errno),
+    /// A pipe, device or socket: never read or written.
+    NotRegular,
+}
+
+impl std::fmt::Display for FileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FileError::Sys(e) => write!(f, "{e}"),
+            FileError::NotRegular => f.write_str("not a regular file (a pipe, device or socket is never opened)"),
+        }
+    }
+}
+
+/// Opens `name` in `dir` with `flags` (read, write, create, ...) as a regular file only.
+pub(crate) fn open_file_at(dir: &OwnedFd, name: &str, flags: OFlag, mode: Mode) -> Result<OwnedFd, FileError> {
+    let fd = match openat(dir.as_fd(), name, flags | FILE_FLAGS, mode) {
+        Ok(fd) => fd,
+        // A pipe opened for writing with no reader, or a device without one behind it.
+        Err(Errno::ENXIO) => return Err(FileError::NotRegular),
+        Err(e) => return Err(FileError::Sys(e)),
+    };
+    let st = fstat(fd.as_fd()).map_err(FileError::Sys)?;
+    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
+        return Err(FileError::NotRegular);
+    }
+    Ok(fd)
 }
 
 /// Open a directory `rel` beneath `root_fd`, one component at a time, refusing symlinks.
-pub(crate) fn open_beneath(root_fd: &OwnedFd, rel: &str) -> Result<OwnedFd, String> {
-    let mut fd = root_fd.try_clone().map_err(|e| e.to_string())?;
+pub(crate) fn open_beneath(root_fd: &OwnedFd, rel: &str) -> Result<OwnedFd, BeneathError> {
+    let failed = |errno: Errno, message: String| BeneathError { errno, message };
+    let mut fd = root_fd.try_clone().map_err(|e| failed(Errno::EBADF, e.to_string()))?;
     for c in rel.split('/').filter(|c| !c.is_empty() && *c != ".") {
         if c == ".." {
-            return Err(format!("{rel:?} contains '..'"));
+            return Err(failed(Errno::EINVAL, format!("{rel:?} contains '..'")));
         }
-        fd = openat(fd.as_fd(), c, DIR_FLAGS, Mode::empty()).map_err(|e| format!("{rel}: component {c:?}: {e}"))?;
+        fd = openat(fd.as_fd(), c, DIR_FLAGS, Mode::empty())
+            .map_err(|e| failed(e, format!("{rel}: component {c:?}: {e}")))?;
     }
     Ok(fd)
 }
 
 /// Open directory `rel` beneath `root_fd`, creating what is missing, one component at a time,
 /// refusing symlinks.
-pub(crate) fn create_beneath(root_fd: &OwnedFd, rel: &str) -> Result<OwnedFd, String> {
-    let mut fd = root_fd.try_clone().map_err(|e| e.to_string())?;
+pub(crate) fn create_beneath(root_fd: &OwnedFd, rel: &str) -> Result<OwnedFd, BeneathError> {
+    let failed = |errno: Errno, message: String| BeneathError { errno, message };
+    let mut fd = root_fd.try_clone().map_err(|e| failed(Errno::EBADF, e.to_string()))?;
     for c in rel.split('/').filter(|c| !c.is_empty() && *c != ".") {
         if c == ".." {
-            return Err(format!("{rel:?} contains '..'"));
+            return Err(failed(Errno::EINVAL, format!("{rel:?} contains '..'")));
         }
         match mkdirat(fd.as_fd(), c, Mode::from_bits_truncate(0o755)) {
             Ok(()) | Err(Errno::EEXIST) => {}
-            Err(e) => return Err(format!("{rel}: mkdir {c:?}: {e}")),
+            Err(e) => return Err(failed(e, format!("{rel}: mkdir {c:?}: {e}"))),
         }
-        fd = openat(fd.as_fd(), c, DIR_FLAGS, Mode::empty()).map_err(|e| format!("{rel}: component {c:?}: {e}"))?;
+        fd = openat(fd.as_fd(), c, DIR_FLAGS, Mode::empty())
+            .map_err(|e| failed(e, format!("{rel}: component {c:?}: {e}")))?;
     }
     Ok(fd)
 }
@@ -173,13 +250,17 @@ fn split_parent(rel: &str) -> Result<(&str, &str), String> {
 
 /// The marker of an already opened directory (`rel` only names it in errors).
 pub(crate) fn read_marker_in(dir: &OwnedFd, rel: &str) -> Result<Option<Marker>, String> {
-    let fd = match openat(dir.as_fd(), MARKER, OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty()) {
+    let fd = match open_file_at(dir, MARKER, OFlag::O_RDONLY, Mode::empty()) {
         Ok(fd) => fd,
-        Err(Errno::ENOENT) => return Ok(None),
+        Err(FileError::Sys(Errno::ENOENT)) => return Ok(None),
         Err(e) => return Err(format!("{rel}/{MARKER}: {e}")),
     };
     let mut text = String::new();
-    std::io::Read::read_to_string(&mut fs::File::from(fd), &mut text).map_err(|e| e.to_string())?;
+    let mut file = std::io::Read::take(fs::File::from(fd), MARKER_BYTES_MAX + 1);
+    std::io::Read::read_to_string(&mut file, &mut text).map_err(|e| format!("{rel}/{MARKER}: {e}"))?;
+    if text.len() as u64 > MARKER_BYTES_MAX {
+        return Err(format!("{rel}/{MARKER}: longer than {MARKER_BYTES_MAX} bytes: not the agent's"));
+    }
     serde_json::from_str(&text).map(Some).map_err(|e| format!("{rel}/{MARKER}: {e}"))
 }
 
@@ -225,8 +306,8 @@ fn rewrite_marker_naming(
     let root_fd = open_root(root)?;
     let dir = match open_beneath(&root_fd, rel) {
         Ok(fd) => fd,
-        Err(e) if e.contains("ENOENT") => return Ok(()),
-        Err(e) => return Err(e),
+        Err(e) if e.is_gone() => return Ok(()),
+        Err(e) => return Err(e.into()),
     };
     let _lock = marker_lock();
     match read_marker_in(&dir, rel)?.filter(|m| m.names(uid.as_str())) {
@@ -262,13 +343,9 @@ pub fn disown_dir(root: &Path, rel: &str, uid: &Uid, keep: &[Uid]) -> Result<(),
 /// empty one.
 fn write_marker_in(fd: &OwnedFd, rel: &str, marker: &Marker) -> Result<(), String> {
     let tmp = format!("{MARKER}.tmp");
-    let file = openat(
-        fd.as_fd(),
-        tmp.as_str(),
-        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::from_bits_truncate(0o644),
-    )
-    .map_err(|e| format!("{rel}/{tmp}: {e}"))?;
+    let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC;
+    let file = open_file_at(fd, tmp.as_str(), flags, Mode::from_bits_truncate(0o644))
+        .map_err(|e| format!("{rel}/{tmp}: {e}"))?;
     let text = serde_json::to_string(marker).expect("marker serialises");
     let mut file = fs::File::from(file);
     std::io::Write::write_all(&mut file, text.as_bytes()).map_err(|e| format!("{rel}/{tmp}: {e}"))?;
@@ -287,8 +364,8 @@ pub fn trash_dir(root: &Path, rel: &str, uid: &Uid, trash_name: &str) -> Result<
     let root_fd = open_root(root)?;
     let parent_fd = match open_beneath(&root_fd, parent) {
         Ok(fd) => fd,
-        Err(e) if e.contains("ENOENT") => return Ok(()),
-        Err(e) => return Err(e),
+        Err(e) if e.is_gone() => return Ok(()),
+        Err(e) => return Err(e.into()),
     };
     let dir = match openat(parent_fd.as_fd(), name, DIR_FLAGS, Mode::empty()) {
         Ok(fd) => fd,
@@ -299,7 +376,7 @@ pub fn trash_dir(root: &Path, rel: &str, uid: &Uid, trash_name: &str) -> Result<
         Err(e) => return Err(format!("{rel}: {e}")),
     };
     match read_marker_in(&dir, rel)? {
-        Some(m) if m.names(uid.as_str()) => {}
+        Some(m) if m.names(uid.as_str()) => no_other_model_beneath(&dir, rel, &m)?,
         Some(m) => return Err(format!("{rel} belongs to uid {}, not {uid}: left alone", m.uid)),
         None => return Err(format!("{rel} has no ownership marker: left alone")),
     }
@@ -310,6 +387,49 @@ pub fn trash_dir(root: &Path, rel: &str, uid: &Uid, trash_name: &str) -> Result<
     }
     let trash_fd = open_trash(&root_fd)?.ok_or(format!("{TRASH} vanished"))?;
     move_if_still(checked, (&parent_fd, name), (&trash_fd, trash_name), rel)
+}
+
+/// Directories beneath one being trashed that are looked through for another model's marker, at
+/// most: past it the directory is left alone.
+pub const TRASH_CHECK_DIRS_MAX: usize = 100_000;
+
+/// Refuses when a directory beneath `dir` (about to be trashed, its marker `marker`) carries a
+/// marker naming a uid that `marker` does not: another model's weights at a path nested inside
+/// (`a/b` inside `a`), which the trash would take along. A review found the purge deleting them.
+/// Walked from `dir`'s fd one component at a time, never through a symlink.
+fn no_other_model_beneath(dir: &OwnedFd, rel: &str, marker: &Marker) -> Result<(), String> {
+    let mut stack: Vec<(String, usize)> = vec![(String::new(), 0)];
+    let mut visited = 0;
+    while let Some((sub, depth)) = stack.pop() {
+        visited += 1;
+        if visited > TRASH_CHECK_DIRS_MAX || depth > REMOVE_DEPTH_MAX {
+            return Err(format!(
+                "{rel}: too many or too deep directories to look through for other models' markers: left alone"
+            ));
+        }
+        let at = open_beneath(dir, &sub)?;
+        let path = |name: &str| if sub.is_empty() { name.to_string() } else { format!("{sub}/{name}") };
+        if !sub.is_empty()
+            && let Some(other) = read_marker_in(&at, &format!("{rel}/{sub}"))?
+            && let Some(uid) = other.uids().find(|u| !marker.names(u))
+        {
+            return Err(format!(
+                "{rel}/{sub} holds the weights of uid {uid}, which {rel}'s marker does not name: left alone"
+            ));
+        }
+        let entries = list_entries(&at, SCAN_ENTRIES_PER_DIR_MAX)?;
+        if entries.len() >= SCAN_ENTRIES_PER_DIR_MAX {
+            return Err(format!(
+                "{rel}/{sub}: more than {SCAN_ENTRIES_PER_DIR_MAX} entries to look through: left alone"
+            ));
+        }
+        for (name, listed) in entries {
+            if entry_type(&at, &name, listed) == Some(Type::Directory) && !name.starts_with(AGENT_NAME_PREFIX) {
+                stack.push((path(&name), depth + 1));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Rename `from` to `to` (never over an existing entry), then make sure what moved is the
@@ -356,36 +476,65 @@ pub const REMOVE_DEPTH_MAX: usize = 64;
 /// Names read from one directory before removing them (then the directory is read again).
 const REMOVE_BATCH_NAMES_MAX: usize = 1_024;
 
+// Every repo path the downloader accepts is one the purge removes.
+const _: () = assert!(crate::hf::REPO_PATH_COMPONENTS_MAX + 2 < REMOVE_DEPTH_MAX);
+
 /// Remove `name` beneath `parent` and everything in it, never following a symlink: a symlink is
 /// unlinked itself, a directory is opened with `O_NOFOLLOW` and emptied through its own fd.
 pub(crate) fn remove_tree_at(parent: &OwnedFd, name: &str, depth: usize) -> Result<(), String> {
+    remove_raw_tree_at(parent, OsStr::new(name), depth)
+}
+
+/// `remove_tree_at` for any name, UTF-8 or not: what a user put in a model's directory is
+/// removed with it (a name the listing skipped left the directory never empty, for good).
+fn remove_raw_tree_at(parent: &OwnedFd, name: &OsStr, depth: usize) -> Result<(), String> {
+    let shown = name.to_string_lossy();
     let dir = match openat(parent.as_fd(), name, DIR_FLAGS, Mode::empty()) {
         Ok(fd) => fd,
         Err(Errno::ENOENT) => return Ok(()),
         // Not a directory (a file, or a symlink that O_NOFOLLOW refused): unlink the entry itself.
         Err(Errno::ELOOP | Errno::ENOTDIR) => return unlink_entry(parent, name, UnlinkatFlags::NoRemoveDir),
-        Err(e) => return Err(format!("{name}: {e}")),
+        Err(e) => return Err(format!("{shown}: {e}")),
     };
     if depth >= REMOVE_DEPTH_MAX {
-        return Err(format!("{name}: deeper than {REMOVE_DEPTH_MAX} levels: left for an operator"));
+        return Err(format!("{shown}: deeper than {REMOVE_DEPTH_MAX} levels: left for an operator"));
     }
     loop {
-        let names = list_names(&dir, REMOVE_BATCH_NAMES_MAX)?;
+        let names = list_raw_names(&dir, REMOVE_BATCH_NAMES_MAX)?;
         if names.is_empty() {
             break;
         }
         for child in &names {
-            remove_tree_at(&dir, child, depth + 1).map_err(|e| format!("{name}/{e}"))?;
+            remove_raw_tree_at(&dir, child, depth + 1).map_err(|e| format!("{shown}/{e}"))?;
         }
     }
     unlink_entry(parent, name, UnlinkatFlags::RemoveDir)
 }
 
-fn unlink_entry(parent: &OwnedFd, name: &str, flags: UnlinkatFlags) -> Result<(), String> {
+fn unlink_entry(parent: &OwnedFd, name: &OsStr, flags: UnlinkatFlags) -> Result<(), String> {
     match unlinkat(parent.as_fd(), name, flags) {
         Ok(()) | Err(Errno::ENOENT) => Ok(()),
-        Err(e) => Err(format!("{name}: {e}")),
+        Err(e) => Err(format!("{}: {e}", name.to_string_lossy())),
     }
+}
+
+/// Up to `names_max` entry names of an open directory (not `.` or `..`), as bytes.
+fn list_raw_names(dir: &OwnedFd, names_max: usize) -> Result<Vec<OsString>, String> {
+    let fd = dir.try_clone().map_err(|e| e.to_string())?;
+    let mut d = Dir::from_fd(fd).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    for entry in d.iter() {
+        let entry = entry.map_err(|e| e.to_string())?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        out.push(OsStr::from_bytes(name).to_os_string());
+        if out.len() >= names_max {
+            break;
+        }
+    }
+    Ok(out)
 }
 
 /// Up to `names_max` entry names of an open directory (not `.` or `..`), read through a
@@ -900,5 +1049,123 @@ mod tests {
         let e = trash_dir(&root, "m", &Uid::new("u1"), "t1").unwrap_err();
         assert!(e.contains("EEXIST") || e.contains("exists"), "{e}");
         assert!(root.join("m").exists() && root.join(TRASH).join("t1").exists());
+    }
+
+    /// Runs `work` on a thread of its own; `None` when it has not returned within `limit`.
+    fn returns_within<T: Send + 'static>(limit: Duration, work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(work());
+        });
+        rx.recv_timeout(limit).ok()
+    }
+
+    /// Opens a FIFO for writing without blocking, so that a reader stuck in open(2) returns.
+    fn unblock_fifo(path: &Path) {
+        use std::os::unix::fs::OpenOptionsExt;
+        let _ = fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(path);
+    }
+
+    /// A FIFO named `.model-agent-owner` in any directory of the root (a user's own directory,
+    /// no model's) makes the scan's open(2) of the marker block for good: the drift scan never
+    /// returns, and every later scan is refused ("the one before has not returned").
+    #[test]
+    fn a_pipe_in_a_marker_s_place_never_hangs_the_scan() {
+        let root = tmp("fifo-marker");
+        write_marker(&root, "m", &marker("u1")).unwrap();
+        fs::create_dir_all(root.join("user-data")).unwrap();
+        let fifo = root.join("user-data").join(MARKER);
+        nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o644)).unwrap();
+        let r = root.clone();
+        let scanned = returns_within(Duration::from_secs(5), move || scan(&r));
+        unblock_fifo(&fifo);
+        let (owned, _, unread) = scanned.expect("scan did not return within 5 s: blocked opening a FIFO marker");
+        assert_eq!(owned.len(), 1);
+        assert_eq!(unread, ["user-data"]);
+    }
+
+    /// A trash entry holding a name that is not UTF-8 (a user's file in a model directory, "names
+    /// with odd bytes") is never purged: the listing skips the name, and the directory is then
+    /// never empty (ENOTEMPTY), on every purge, for good.
+    #[test]
+    fn a_trash_entry_holding_a_name_that_is_not_utf8_is_purged() {
+        use std::os::unix::ffi::OsStrExt;
+        let root = tmp("purge-odd-name");
+        let entry = root.join(TRASH).join("u1-1");
+        fs::create_dir_all(entry.join("sub")).unwrap();
+        fs::write(entry.join("weights.bin"), b"w").unwrap();
+        fs::write(entry.join("sub").join(std::ffi::OsStr::from_bytes(b"caf\xe9.txt")), b"x").unwrap();
+        let result = purge_trash(&root, "u1-1");
+        assert_eq!(result, Ok(()), "the purge failed");
+        assert!(!entry.exists(), "the trash entry is still there");
+    }
+
+    /// Two models whose paths nest (`a` for u1, `a/b` for u2, both downloads): u1's delete moves
+    /// `a` to the trash with u2's weights in it, and the purge deletes them. trash_dir checks only
+    /// the marker of `a`.
+    #[test]
+    fn trashing_a_directory_never_takes_another_model_s_directory_inside_it() {
+        let root = tmp("nested");
+        write_marker(&root, "a", &marker("u1")).unwrap();
+        fs::write(root.join("a/w1.bin"), b"1").unwrap();
+        write_marker(&root, "a/b", &marker("u2")).unwrap();
+        fs::write(root.join("a/b/w2.bin"), b"2").unwrap();
+        let (owned, _, _) = scan(&root);
+        assert_eq!(owned.len(), 2, "both are owned: {owned:?}");
+        let result = trash_dir(&root, "a", &Uid::new("u1"), "u1-1");
+        assert!(
+            root.join("a/b/w2.bin").exists(),
+            "u2's weights went to the trash with u1's directory (trash_dir: {result:?})"
+        );
+    }
+
+    /// The "already gone" test matches "ENOENT" anywhere in the error text, which names the path:
+    /// a directory named `ENOENT...` behind a symlink (or any other error) is taken for gone, and
+    /// trash_dir/disown_dir report success without doing anything.
+    #[test]
+    fn an_error_on_a_path_naming_enoent_is_not_taken_for_gone() {
+        let root = tmp("enoent-name");
+        let outside = tmp("enoent-outside");
+        write_marker(&outside, "m", &marker("u1")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("ENOENT-models")).unwrap();
+        let result = trash_dir(&root, "ENOENT-models/m", &Uid::new("u1"), "t1");
+        assert!(result.is_err(), "a symlinked parent was reported as trashed (Ok), nothing moved");
+    }
+
+    /// A models root given as a path whose last component is a symlink (`/mnt/models` ->
+    /// `/data/models`): the probe (path-based, follows it) reports it ready and writable, while
+    /// every fd-based operation opens it with O_NOFOLLOW and fails (ELOOP): the scan reads
+    /// nothing, no marker is written, no download starts, and readiness says all is well.
+    #[test]
+    fn a_root_the_probe_calls_ready_is_one_the_scan_can_read() {
+        let real = tmp("real-root");
+        let link = real.with_extension("link");
+        let _ = fs::remove_file(&link);
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let probe = probe_root(&link);
+        assert!(probe.readable && probe.writable, "{probe:?}");
+        let written = write_marker(&link, "m", &marker("u1"));
+        let (_, _, unread) = scan(&link);
+        assert!(
+            written.is_ok() && unread.is_empty(),
+            "probe ready, yet marker write {written:?} and scan unread {unread:?}"
+        );
+    }
+
+    /// A review: a Hub or store path 70 directories deep was downloaded, and once the model was
+    /// deleted its trash entry was never purged (the purge stops at 64 levels). Repo paths now
+    /// have at most 48 components, and one of the deepest is purged.
+    #[test]
+    fn every_tree_the_downloader_accepts_is_one_the_purge_removes() {
+        let too_deep = format!("{}/w.bin", vec!["d"; 70].join("/"));
+        assert!(crate::hf::check_repo_path(&too_deep).is_err());
+        let deepest = format!("{}/w.bin", vec!["d"; crate::hf::REPO_PATH_COMPONENTS_MAX - 1].join("/"));
+        crate::hf::check_repo_path(&deepest).unwrap();
+        let root = tmp("deepest-purge");
+        let entry = root.join(TRASH).join("u1-1").join("model");
+        fs::create_dir_all(entry.join(Path::new(&deepest).parent().unwrap())).unwrap();
+        fs::write(entry.join(&deepest), b"w").unwrap();
+        assert_eq!(purge_trash(&root, "u1-1"), Ok(()));
+        assert!(!root.join(TRASH).join("u1-1").exists());
     }
 }

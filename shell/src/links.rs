@@ -9,10 +9,9 @@ use std::path::Path;
 
 use nix::errno::Errno;
 use nix::fcntl::readlinkat;
-use nix::sys::stat::Mode;
 use nix::unistd::{UnlinkatFlags, fsync, symlinkat, unlinkat};
 
-use crate::fsops::{self, DIR_FLAGS};
+use crate::fsops;
 
 /// The shared copies' folder beneath the root (the core's `shared::ARTIFACTS_DIR`).
 pub const ARTIFACTS: &str = model_agent_core::machine::shared::ARTIFACTS_DIR;
@@ -55,7 +54,7 @@ pub fn relative_target(link: &str, copy: &str) -> Result<String, String> {
 fn open_parent(root: &Path, link: &str, create: bool) -> Result<Option<(OwnedFd, String)>, String> {
     let parts = components(link)?;
     let (name, parents) = parts.split_last().expect("components are never empty");
-    let root_fd = nix::fcntl::open(root, DIR_FLAGS, Mode::empty()).map_err(|e| format!("{}: {e}", root.display()))?;
+    let root_fd = fsops::open_root(root)?;
     let parent = parents.join("/");
     let opened = match create {
         true => fsops::create_beneath(&root_fd, &parent),
@@ -63,8 +62,8 @@ fn open_parent(root: &Path, link: &str, create: bool) -> Result<Option<(OwnedFd,
     };
     match opened {
         Ok(fd) => Ok(Some((fd, name.to_string()))),
-        Err(e) if !create && e.contains("ENOENT") => Ok(None),
-        Err(e) => Err(e),
+        Err(e) if !create && e.is_gone() => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -121,7 +120,7 @@ pub fn linked_copy(root: &Path, link: &str) -> Option<String> {
 /// Is `rel` beneath the root a real directory (not a symlink)? For tests and checks.
 #[cfg(test)]
 fn is_real_dir(root: &Path, rel: &str) -> bool {
-    let Ok(root_fd) = nix::fcntl::open(root, DIR_FLAGS, Mode::empty()) else { return false };
+    let Ok(root_fd) = fsops::open_root(root) else { return false };
     fsops::open_beneath(&root_fd, rel).is_ok()
 }
 

@@ -45,9 +45,7 @@ impl FdModelFiles {
             return FdModelFiles::open(&real, deadline);
         };
         let rel = rel.to_str().ok_or_else(|| format!("{}: not UTF-8", dir.display()))?;
-        let root =
-            nix::fcntl::open(models_root, OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | OFlag::O_RDONLY, Mode::empty())
-                .map_err(|e| format!("{}: {e}", models_root.display()))?;
+        let root = crate::fsops::open_root(models_root)?;
         Ok(FdModelFiles { root: crate::fsops::open_beneath(&root, rel)?, deadline })
     }
 
@@ -64,7 +62,8 @@ impl FdModelFiles {
             if *c == ".." {
                 return Err(FsError::Other(format!("{rel:?} contains '..'")));
             }
-            let kind = if i + 1 == parts.len() { last } else { OFlag::O_DIRECTORY };
+            // A file is opened without waiting on a pipe or device (`regular_file` refuses one).
+            let kind = if i + 1 == parts.len() { last | OFlag::O_NONBLOCK } else { OFlag::O_DIRECTORY };
             fd = openat(fd.as_fd(), *c, kind | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_RDONLY, Mode::empty())
                 .map_err(errno)?;
         }
@@ -277,5 +276,34 @@ mod tests {
         let mut files = FdModelFiles::open(&dir, Instant::now()).unwrap();
         assert_eq!(files.read_file("config.json", 1024), Err(FsError::DeadlineExceeded));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A review: a shard that the safetensors index names (not checked against the listing) is
+    /// opened without O_NONBLOCK: a FIFO there blocks open(2) for good, past the parse deadline
+    /// (the deadline is only looked at between reads). In the agent each such parse keeps one of
+    /// the filesystem gate's 8 threads for good; 8 of them and every call on the root (the
+    /// readiness probe included) is refused.
+    #[test]
+    fn a_pipe_named_by_the_safetensors_index_never_hangs_the_parse() {
+        let root = temp_dir("pipe-shard");
+        let dir = root.join("m");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("config.json"), r#"{"model_type": "llama"}"#).unwrap();
+        std::fs::write(dir.join("model.safetensors.index.json"), r#"{"weight_map":{"w":"model-00001.safetensors"}}"#)
+            .unwrap();
+        let fifo = dir.join("model-00001.safetensors");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (r, d) = (root.clone(), dir.clone());
+        std::thread::spawn(move || {
+            let _ = tx.send(model_config(&r, &d).map(|c| c.model_type));
+        });
+        // Past the parse deadline (10 s).
+        let got = rx.recv_timeout(std::time::Duration::from_millis(PARSE_DEADLINE_MS + 2_000));
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            let _ = std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(&fifo);
+        }
+        assert!(got.is_ok(), "the parse had not returned 2 s past its deadline: blocked opening a FIFO shard");
     }
 }

@@ -15,8 +15,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::DownloadError;
-use crate::fsops::{self, DIR_FLAGS, MARKER, Marker};
+use crate::fsops::{self, DIR_FLAGS, FileError, MARKER, Marker, open_file_at};
 use crate::hf::RemoteFile;
+use model_agent_core::dest_path::AGENT_NAME_PREFIX;
 
 /// Partial files, beneath the destination (same filesystem as their final place).
 pub(super) const PARTIAL_DIR: &str = ".model-agent-partial";
@@ -24,7 +25,6 @@ pub(super) const PARTIAL_DIR: &str = ".model-agent-partial";
 pub(super) const MANIFEST: &str = ".model-agent-manifest.json";
 /// A manifest of a million files is about 100 MB; anything larger is not ours.
 const MANIFEST_BYTES_MAX: u64 = 256 << 20;
-const FILE_FLAGS: OFlag = OFlag::O_NOFOLLOW.union(OFlag::O_CLOEXEC);
 
 /// The manifest of a complete download: the commit and every file with its size.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,6 +65,13 @@ pub(super) fn disk_error(what: &str, errno: Errno) -> DownloadError {
     }
 }
 
+fn file_error(what: &str, error: FileError) -> DownloadError {
+    match error {
+        FileError::Sys(errno) => disk_error(what, errno),
+        FileError::NotRegular => DownloadError::Disk(format!("{what}: {error}")),
+    }
+}
+
 fn io_error(what: &str, error: std::io::Error) -> DownloadError {
     match error.raw_os_error() {
         Some(code) => disk_error(what, Errno::from_raw(code)),
@@ -75,13 +82,16 @@ fn io_error(what: &str, error: std::io::Error) -> DownloadError {
 /// Opens `rel` beneath `root`; creates missing components when `create`, else `None` if it is missing.
 pub(super) fn open_dest(root: &Path, rel: &str, create: bool) -> Result<Option<Dest>, DownloadError> {
     let root_name = root.display().to_string();
-    let mut parent = nix::fcntl::open(root, DIR_FLAGS, Mode::empty()).map_err(|e| disk_error(&root_name, e))?;
+    let mut parent = fsops::open_root_errno(root).map_err(|e| disk_error(&root_name, e))?;
     let components: Vec<&str> = rel.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
     let Some((last, parents)) = components.split_last() else {
         return Err(DownloadError::Disk(format!("{rel:?} names no directory beneath {root_name}")));
     };
     if components.contains(&"..") {
         return Err(DownloadError::Disk(format!("{rel:?} contains '..'")));
+    }
+    if components.iter().any(|c| c.starts_with(AGENT_NAME_PREFIX)) {
+        return Err(DownloadError::Disk(format!("{rel:?} is inside a name the agent keeps for its own files")));
     }
     for component in parents {
         match open_dir_at(&parent, component, create, rel)? {
@@ -198,9 +208,7 @@ impl Dest {
     /// The file at repo path `path` if it is a regular file (its parents real directories).
     pub fn open_existing(&self, path: &str) -> Option<File> {
         let (parent, name) = self.walk_parents(path, false).ok()??;
-        let fd = openat(parent.as_fd(), name, OFlag::O_RDONLY | FILE_FLAGS, Mode::empty()).ok()?;
-        let file = File::from(fd);
-        file.metadata().ok().filter(|m| m.is_file()).map(|_| file)
+        open_file_at(&parent, name, OFlag::O_RDONLY, Mode::empty()).ok().map(File::from)
     }
 
     /// Whether every file of `manifest` is on disk with its size (no hashing).
@@ -240,9 +248,9 @@ impl Dest {
 /// synced (`what` names the directory in errors).
 pub(super) fn write_synced_at(dir: &OwnedFd, name: &str, bytes: &[u8], what: &str) -> Result<(), DownloadError> {
     let tmp = format!("{name}.tmp");
-    let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | FILE_FLAGS;
-    let fd = openat(dir.as_fd(), tmp.as_str(), flags, Mode::from_bits_truncate(0o644))
-        .map_err(|e| disk_error(&format!("{what}/{tmp}"), e))?;
+    let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC;
+    let fd = open_file_at(dir, tmp.as_str(), flags, Mode::from_bits_truncate(0o644))
+        .map_err(|e| file_error(&format!("{what}/{tmp}"), e))?;
     let mut file = File::from(fd);
     file.write_all(bytes).and_then(|()| file.sync_all()).map_err(|e| io_error(&format!("{what}/{tmp}"), e))?;
     renameat(dir.as_fd(), tmp.as_str(), dir.as_fd(), name).map_err(|e| disk_error(&format!("{what}/{name}"), e))?;
@@ -251,7 +259,7 @@ pub(super) fn write_synced_at(dir: &OwnedFd, name: &str, bytes: &[u8], what: &st
 
 /// Reads a small file of `dir` (at most `bytes_max`); `None` if it is missing or unreadable.
 pub(super) fn read_small_at(dir: &OwnedFd, name: &str, bytes_max: u64) -> Option<Vec<u8>> {
-    let fd = openat(dir.as_fd(), name, OFlag::O_RDONLY | FILE_FLAGS, Mode::empty()).ok()?;
+    let fd = open_file_at(dir, name, OFlag::O_RDONLY, Mode::empty()).ok()?;
     let mut bytes = Vec::new();
     File::from(fd).take(bytes_max).read_to_end(&mut bytes).ok()?;
     Some(bytes)
@@ -281,9 +289,9 @@ pub(super) fn partial_name(file: &RemoteFile) -> String {
 
 /// Opens (or creates) a file in the partial directory for reading and writing, never through a symlink.
 pub(super) fn open_partial(partial_dir: &OwnedFd, name: &str) -> Result<File, DownloadError> {
-    let flags = OFlag::O_RDWR | OFlag::O_CREAT | FILE_FLAGS;
-    let fd = openat(partial_dir.as_fd(), name, flags, Mode::from_bits_truncate(0o644))
-        .map_err(|e| disk_error(&format!("{PARTIAL_DIR}/{name}"), e))?;
+    let flags = OFlag::O_RDWR | OFlag::O_CREAT;
+    let fd = open_file_at(partial_dir, name, flags, Mode::from_bits_truncate(0o644))
+        .map_err(|e| file_error(&format!("{PARTIAL_DIR}/{name}"), e))?;
     Ok(File::from(fd))
 }
 
@@ -302,4 +310,46 @@ pub(super) fn exists_at(dir: &OwnedFd, name: &str) -> bool {
 /// Removes one file of the partial directory (missing is fine).
 pub(super) fn remove_partial(partial_dir: &OwnedFd, name: &str) {
     let _ = unlinkat(partial_dir.as_fd(), name, UnlinkatFlags::NoRemoveDir);
+}
+
+#[cfg(test)]
+mod hostile_tests {
+    use super::*;
+
+    /// A review: files of a model directory are opened O_RDONLY|O_NOFOLLOW without O_NONBLOCK (the
+    /// type is checked after the open): a FIFO at a weights path blocks open(2) for good. The
+    /// download planner calls this directly on one of the download runtime's 2 worker threads
+    /// (`sizes_match`, `files_in_place`), so two such directories stall every download and resolve;
+    /// cancelling cannot reach a thread blocked in the kernel.
+    #[test]
+    fn a_pipe_at_a_weights_path_never_hangs_the_size_check() {
+        let root = tempfile::tempdir().unwrap();
+        let dest = open_dest(root.path(), "m", true).unwrap().unwrap();
+        let fifo = root.path().join("m/model.safetensors");
+        nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o644)).unwrap();
+        let file = ManifestFile { path: "model.safetensors".into(), size: 0 };
+        let manifest = Manifest { repo_id: "o/r".into(), revision: None, commit: "c".into(), files: vec![file] };
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(dest.sizes_match(&manifest));
+        });
+        let got = rx.recv_timeout(std::time::Duration::from_secs(5));
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            let _ = std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(&fifo);
+        }
+        assert_eq!(got, Ok(false), "sizes_match did not return within 5 s: blocked opening a FIFO");
+    }
+
+    /// A review: a destination inside the trash folder was downloaded into, listed as a trash
+    /// entry by the scan and purged. The core refuses such a path; the destination does too.
+    #[test]
+    fn a_destination_inside_the_agent_s_own_names_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        for rel in [".model-agent-trash/llama", "team/.model-agent-partial"] {
+            let e = open_dest(root.path(), rel, true).err().expect(rel);
+            assert!(e.to_string().contains("a name the agent keeps"), "{rel}: {e}");
+        }
+        assert!(!root.path().join(".model-agent-trash").exists(), "nothing made");
+    }
 }

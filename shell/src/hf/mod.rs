@@ -25,7 +25,7 @@ pub use hashing::file_matches;
 pub use hashing::{StreamHasher, hash_growing_prefix, hash_prefix};
 pub use listing::{RemoteFile, check_sizes, check_unique};
 pub use network::{Network, read_ca_bundle};
-pub use paths::{check_repo_id, check_repo_path, is_commit_sha};
+pub use paths::{REPO_PATH_COMPONENTS_MAX, check_repo_id, check_repo_path, is_commit_sha};
 pub use ranged::{RangeAnswer, fetch_range};
 pub(crate) use writeback::Writeback;
 

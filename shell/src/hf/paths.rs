@@ -8,9 +8,12 @@ const COMPONENT_BYTES_MAX: usize = 255;
 const PATH_BYTES_MAX: usize = 4096;
 /// The Hub's limit on a repo name (and on an org name).
 const REPO_ID_PART_BYTES_MAX: usize = 96;
+/// Directories a repo path may go down at most: the purge of a trashed directory stops at
+/// `fsops::REMOVE_DEPTH_MAX` (64) levels, and a tree it cannot remove would stay on disk for good.
+pub const REPO_PATH_COMPONENTS_MAX: usize = 48;
 /// Names the agent keeps in a model's directory (`.model-agent-owner`, `-partial`, `-trash`, …): a repo
 /// file so named could overwrite the ownership marker or land in the partial directory.
-const AGENT_NAME_PREFIX: &str = ".model-agent-";
+use model_agent_core::dest_path::AGENT_NAME_PREFIX;
 
 /// Checks a file path of the tree API before it is used under a model's directory.
 pub fn check_repo_path(path: &str) -> Result<(), HfError> {
@@ -29,6 +32,9 @@ pub fn check_repo_path(path: &str) -> Result<(), HfError> {
     }
     if path.starts_with('/') {
         return bad("absolute");
+    }
+    if path.split('/').count() > REPO_PATH_COMPONENTS_MAX {
+        return bad("has more than 48 components");
     }
     for component in path.split('/') {
         match component {
@@ -98,6 +104,7 @@ mod tests {
         assert_eq!(reason("a\\..\\b"), "contains a backslash");
         assert_eq!(reason(&"x".repeat(256)), "has a component longer than 255 bytes");
         assert_eq!(reason(&["y"; 2049].join("/")), "longer than 4096 bytes");
+        assert_eq!(reason(&["y"; REPO_PATH_COMPONENTS_MAX + 1].join("/")), "has more than 48 components");
         assert_eq!(reason(".model-agent-owner"), "uses a name reserved for the agent's own files");
         assert_eq!(reason("sub/.model-agent-partial/x"), "uses a name reserved for the agent's own files");
         assert_eq!(reason(".model-agent-trash"), "uses a name reserved for the agent's own files");
@@ -108,7 +115,7 @@ mod tests {
         for path in ["config.json", "a/b/c.safetensors", ".gitattributes", "..hidden", &"x".repeat(255)] {
             check_repo_path(path).unwrap();
         }
-        check_repo_path(&["y"; 2048].join("/")).unwrap();
+        check_repo_path(&["y"; REPO_PATH_COMPONENTS_MAX].join("/")).unwrap();
     }
 
     #[test]
