@@ -279,3 +279,16 @@ fn swarm_seeds_44142_46077_58561_let_a_model_fetch_the_source_a_reserved_holder_
 fn swarm_seed_82997_keeps_the_weights_of_a_held_model_placed_again() {
     assert_clean_run(82_997, model_agent_sim::scenario::swarm_knobs(82_997, None, None));
 }
+
+/// Found in seeds 100,000–119,999 (failing at the round's start too): node 4 restarted and its
+/// first BaseModel list was empty (unsynced); `pair`'s marker named BaseModel `team/v-0014`, Ready
+/// there on `hf://org/pair-b`, which no record knew. `v-0003`'s download of `hf://org/pair` took
+/// that uid as a co-owner, and nothing held it back: `v-0014`'s files were replaced. A uid a
+/// marker names that no record knows is of another source for a download until the orphan
+/// check's LISTs show it gone (`DirUse::unknown`), and a directory whose marker no snapshot
+/// showed since it came into use is downloaded into as before the first snapshot
+/// (`DirView::marker_unseen`).
+#[test]
+fn swarm_seed_102822_replaces_no_files_of_a_model_no_record_knows() {
+    assert_clean_run(102_822, model_agent_sim::scenario::swarm_knobs(102_822, None, None));
+}

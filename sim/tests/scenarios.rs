@@ -94,8 +94,10 @@ fn swarm_of_50_seeds_passes() {
         removed_by_hand += world.counters.copies_removed_by_hand;
     }
     // The swarm covers a delete or placement exit during a download (the simulator checks the
-    // directory is trashed only after the download stopped).
-    assert!(cancelled > 0, "no seed cancelled a download");
+    // directory is trashed only after the download stopped). Rare (2 of seeds 0-299 since the
+    // unknown-uid rule shifted the runs): looked for further when these 50 have none.
+    let cancels = |seed| scenario::swarm_run(seed, None, None).1.counters.downloads_cancelled;
+    assert!(cancelled > 0 || (50..500).any(|seed| cancels(seed) > 0), "no seed cancelled a download");
     // And shared copies: models linked to one, and copies that lost their last user trashed.
     assert!(links > 0 && copies_trashed > 0, "links {links}, copies trashed {copies_trashed}");
     // And copies removed by hand, which the end of each run finds fetched again.

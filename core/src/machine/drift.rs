@@ -13,6 +13,9 @@ pub(super) struct OrphanCheck {
     /// Of those, the ones whose marker records a reserved uid, with that uid: given up, never
     /// trashed (`OwnedDir::reserved`).
     pub(super) reserved: Vec<(String, Uid)>,
+    /// Directories known models use whose marker names uids no record knows
+    /// (`DirUse::unknown`): the LISTs tell which are gone.
+    pub(super) unknown: Vec<(String, Vec<Uid>)>,
     pub(super) lists: [Option<EffectId>; 2],
     pub(super) listed: [Option<Arc<Vec<Arc<ModelObject>>>>; 2],
     /// The step it began: a copy that only a model the Node view does not place may use waits
@@ -35,9 +38,17 @@ impl State {
         if let Some(at) = self.snapshot_retry.take() {
             self.remove_timer(at, TimerKey::SnapshotRetry);
         }
+        let mut shown: FxHashMap<&str, Vec<Uid>> = FxHashMap::default();
         for dir in &snap.owned_dirs {
-            shared::marked(&mut self.dirs, &dir.path, std::slice::from_ref(&dir.uid));
+            shown.entry(dir.path.as_str()).or_default().push(dir.uid.clone());
         }
+        for uids in shown.values_mut() {
+            uids.sort();
+            uids.dedup();
+        }
+        shared::refresh_marked(&mut self.dirs, &shown, requested_seq, &snap.unread);
+        let unknown = self.unknown_marked(&snap, &claimed);
+        shared::set_unknown(&mut self.dirs, &unknown);
         for name in &snap.trash {
             if !self.trash.contains_key(name) {
                 let purge_at = st.now.plus_ms(self.config.trash_grace_ms);
@@ -45,7 +56,25 @@ impl State {
                 self.set_timer(purge_at, TimerKey::Purge(name.clone()));
             }
         }
-        self.begin_orphan_check(st, &snap, &claimed);
+        self.begin_orphan_check(st, &snap, &claimed, unknown);
+    }
+
+    /// The uids each used directory's marker names that no record knows, by path (nearly
+    /// always none). A shared copy's path names its source: its marker's uids are left out.
+    fn unknown_marked<'s>(&self, snap: &'s DriftSnapshot, claimed: &Claimed) -> FxHashMap<&'s str, Vec<Uid>> {
+        let mut unknown: FxHashMap<&str, Vec<Uid>> = FxHashMap::default();
+        for d in &snap.owned_dirs {
+            let path = d.path.as_str();
+            let undecided = self.dirs.get(path).is_some_and(|using| using.gone.binary_search(&d.uid).is_err());
+            if undecided && !claimed.uids.contains(&d.uid) && shared::copy_parts(path).is_none() {
+                unknown.entry(path).or_default().push(d.uid.clone());
+            }
+        }
+        for uids in unknown.values_mut() {
+            uids.sort();
+            uids.dedup();
+        }
+        unknown
     }
 
     /// Every incarnation the snapshot is not stale for takes what it shows: published or
@@ -123,7 +152,13 @@ impl State {
 
     /// Orphans: what no known model claims. Only fresh LISTs of every kind can make them
     /// removable; a snapshot alone never removes anything.
-    fn begin_orphan_check(&mut self, st: &mut Step, snap: &DriftSnapshot, claimed: &Claimed) {
+    fn begin_orphan_check(
+        &mut self,
+        st: &mut Step,
+        snap: &DriftSnapshot,
+        claimed: &Claimed,
+        unknown: FxHashMap<&str, Vec<Uid>>,
+    ) {
         let mut check = OrphanCheck {
             labels: snap
                 .labels
@@ -145,13 +180,17 @@ impl State {
                 .collect(),
             dirs: unclaimed_dirs(&snap.owned_dirs, &claimed.uids, &self.dirs),
             reserved: Vec::new(),
+            unknown: unknown.into_iter().map(|(path, uids)| (path.to_string(), uids)).collect(),
             began_seq: st.seq,
             ..OrphanCheck::default()
         };
         // The reserve records of the unclaimed directories only (nearly always none).
         let unclaimed = |d: &&OwnedDir| d.reserved && check.dirs.iter().any(|(path, _)| *path == d.path);
         check.reserved = snap.owned_dirs.iter().filter(unclaimed).map(|d| (d.path.clone(), d.uid.clone())).collect();
-        let any = !check.labels.is_empty() || !check.entries.is_empty() || !check.dirs.is_empty();
+        let any = !check.labels.is_empty()
+            || !check.entries.is_empty()
+            || !check.dirs.is_empty()
+            || !check.unknown.is_empty();
         let idle = self.orphan_check.as_ref().is_none_or(|c| c.parked);
         if any && !self.shutting_down && idle {
             for kind in Kind::ALL {
@@ -256,6 +295,7 @@ impl State {
                 );
             }
         }
+        self.forget_unknown_gone(st, check);
         let listed: Vec<&ModelObject> = check.listed.iter().flatten().flat_map(|v| v.iter().map(|o| &**o)).collect();
         for (path, marker_uids) in &check.dirs {
             // A copy is kept by its users, not by the uids in its marker: a model that switched
@@ -284,6 +324,28 @@ impl State {
             let trash_name = format!("{uid}-{}", st.now.as_ms());
             let op = Op::TrashDir { key: None, uid, path: path.clone(), trash_name };
             self.emit(st, op, Some(Owner::Orphan { dir: Some(dir), gives_up: false }));
+        }
+    }
+
+    /// The uids the check found unknown in used directories' markers that its LISTs show gone
+    /// (not listed, or listed being deleted: final) and that no record knows: forgotten there,
+    /// and the directories' members decide again.
+    fn forget_unknown_gone(&mut self, st: &mut Step, check: &OrphanCheck) {
+        if check.unknown.is_empty() {
+            return;
+        }
+        let listed = check.listed.iter().flatten().flat_map(|v| v.iter());
+        let alive: FxHashSet<&Uid> = listed.filter(|o| !o.deleting).map(|o| &o.uid).collect();
+        let known: FxHashSet<&Uid> = self.slots.values().flat_map(|s| s.all()).map(|i| i.uid()).collect();
+        for (path, marked) in &check.unknown {
+            let gone: Vec<Uid> = marked.iter().filter(|u| !alive.contains(u) && !known.contains(u)).cloned().collect();
+            if gone.is_empty() {
+                continue;
+            }
+            shared::forget_gone(&mut self.dirs, path, &gone);
+            if let Some(using) = self.dirs.get(path.as_str()) {
+                st.dirty.extend(using.members.iter().map(|m| m.key.clone()));
+            }
         }
     }
 

@@ -23,6 +23,22 @@ impl State {
         if let Some(key) = self.node_reads.waiting.iter().find(|k| !self.slots.contains_key(*k)) {
             return Err(format!("{key} waits for a Node witness but has no record"));
         }
+        self.dir_invariants()
+    }
+
+    /// A directory's unknown uids are ones its marker is known to name, none proven gone.
+    fn dir_invariants(&self) -> Result<(), String> {
+        for (dir, using) in self.dirs.iter() {
+            let sorted = |uids: &[Uid]| uids.windows(2).all(|w| w[0] < w[1]);
+            let marked = using.unknown.iter().all(|u| using.marked.binary_search(u).is_ok());
+            let undecided = using.unknown.iter().all(|u| using.gone.binary_search(u).is_err());
+            if !(sorted(&using.unknown) && sorted(&using.gone) && marked && undecided) {
+                return Err(format!(
+                    "{dir}: unknown uids {:?} disagree with marked {:?} or gone {:?}",
+                    using.unknown, using.marked, using.gone
+                ));
+            }
+        }
         Ok(())
     }
 

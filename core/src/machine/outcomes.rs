@@ -126,7 +126,7 @@ impl State {
         st.dirty.push(key.clone());
         match (outcome, what) {
             (outcome, IncOp::Fetch { plan }) => {
-                let landed = fetch_outcome(inc, &uid, (config, prng, dirs), now, (run, plan), outcome);
+                let landed = fetch_outcome(inc, &uid, (config, prng, dirs), (now, st.seq), (run, plan), outcome);
                 if let Some((dir, source)) = landed {
                     self.forget_other_sources_in(st, &dir, &source, &uid);
                 }
@@ -170,7 +170,7 @@ impl State {
                     trash.insert(name.clone(), purge_at);
                     timers.insert((purge_at, TimerKey::Purge(name)));
                 };
-                return landed(inc, &uid, what, dirs, trash_at);
+                return landed(inc, &uid, what, (dirs, st.seq), trash_at);
             }
         }
         None
@@ -229,7 +229,7 @@ fn landed(
     inc: &mut Incarnation,
     uid: &Uid,
     what: IncOp,
-    dirs: &mut Map<Arc<str>, Arc<shared::DirUse>>,
+    (dirs, seq): (&mut Map<Arc<str>, Arc<shared::DirUse>>, u64),
     trash_at: impl FnOnce(String),
 ) -> Option<String> {
     match what {
@@ -242,7 +242,7 @@ fn landed(
         }
         IncOp::Disown => {
             if let Some(dir) = inc.share.as_mut().and_then(|s| s.owned_dir.take()) {
-                shared::unmarked(dirs, &dir, uid);
+                shared::unmarked(dirs, &dir, uid, seq);
             }
             inc.share_mut().disowned = true;
         }
@@ -260,7 +260,7 @@ fn fetch_outcome(
     inc: &mut Incarnation,
     uid: &Uid,
     (config, prng, dirs): (&Config, &mut Prng, &mut Map<Arc<str>, Arc<shared::DirUse>>),
-    now: Instant,
+    (now, seq): (Instant, u64),
     (run, plan): (Option<Box<DownloadRun>>, Arc<Plan>),
     outcome: Outcome,
 ) -> Option<(String, Arc<str>)> {
@@ -271,7 +271,7 @@ fn fetch_outcome(
     let source = plan.fetch_into().map(|(source, _)| Arc::clone(source));
     let dir = fetch_done(inc, (config, prng), now, (plan, reserve), outcome)?;
     owners.push(uid.clone());
-    shared::marked(dirs, &dir, &owners);
+    shared::marked_by(dirs, &dir, &owners, seq);
     let landed = matches!(inc.fetched, Fetched::Done(_));
     source.filter(|_| landed).map(|source| (dir, source))
 }

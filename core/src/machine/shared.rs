@@ -52,6 +52,19 @@ pub struct DirUse {
     pub members: Vec<Member>,
     /// Uids the directory's marker is known to name (download outcomes, snapshots).
     pub marked: Vec<Uid>,
+    /// Of those, the ones no record knew when the last snapshot showed them (nearly always
+    /// none; sorted): a model not known here yet (an unsynced empty list at start, a lagging
+    /// watch) or one gone. Their source unknown, no download replaces files of another source
+    /// there (`Op::Download::other_source`) until a record knows them, a snapshot no longer
+    /// shows them, or an orphan check's LISTs show them gone (swarm seed 102822).
+    pub unknown: Vec<Uid>,
+    /// Uids of the marker that an orphan check's LISTs showed gone (a uid never comes back):
+    /// never unknown again here. They stay in `marked`: a model of the same name recreated
+    /// adopts the directory its predecessor's marker names.
+    pub gone: Vec<Uid>,
+    /// The step at which an effect of this agent last changed the marker (a download's owners,
+    /// a disown): a snapshot asked for before it shows an older marker.
+    pub marked_seq: u64,
 }
 
 /// What one incarnation's decision reads of the directory it uses.
@@ -364,7 +377,13 @@ fn dir_view(dirs: &Map<Arc<str>, Arc<DirUse>>, trashing: &Set<Arc<str>>, dir: &s
         trashing: trashing.contains(dir) || others().any(|m| m.trashing),
         artifact: copy_parts(dir).map(|_| artifact_view(using, me)),
         other_source_holder: others().find_map(other_holder),
-        other_source: others().filter(|m| m.alive && other_source.contains(&&m.uid)).map(|m| m.uid.clone()).collect(),
+        other_source: others()
+            .filter(|m| m.alive && other_source.contains(&&m.uid))
+            .map(|m| m.uid.clone())
+            .chain(
+                using.unknown.iter().filter(|u| *u != me.uid && !using.members.iter().any(|m| m.uid == **u)).cloned(),
+            )
+            .collect(),
         named_by_others: using.marked.iter().any(|u| u != me.uid),
     }
 }
@@ -433,11 +452,18 @@ pub(super) fn register(
     affected
 }
 
-/// Remove uids no longer in `slot` (dropped incarnations) from the directories they used.
+/// Remove uids no longer in `slot` (dropped incarnations: confirmed deleted) from the
+/// directories they used. A directory others still use remembers them gone, so that its
+/// marker naming them sends no orphan check to find that out (`DirUse::gone`).
 pub(super) fn unregister(dirs: &mut Map<Arc<str>, Arc<DirUse>>, gone: &[(Arc<str>, Uid)]) -> Vec<ModelKey> {
     let mut affected = Vec::new();
     for (dir, uid) in gone {
         leave(dirs, dir, uid, &mut affected, true);
+        if let Some(using) = dirs.get_mut(dir)
+            && let Err(at) = using.gone.binary_search(uid)
+        {
+            Arc::make_mut(using).gone.insert(at, uid.clone());
+        }
     }
     affected
 }
@@ -485,11 +511,93 @@ pub(super) fn marked(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &str, uids: &[U
     using.marked.dedup();
 }
 
+/// What the last snapshot showed of each used directory's marker: the uids no record knows
+/// (`DirUse::unknown`), by path; directories it showed no such uid for have none.
+pub(super) fn set_unknown(dirs: &mut Map<Arc<str>, Arc<DirUse>>, unknown: &FxHashMap<&str, Vec<Uid>>) {
+    let stale = |d: &Arc<str>, u: &DirUse| !u.unknown.is_empty() && !unknown.contains_key(&**d);
+    let changed: Vec<Arc<str>> = dirs.iter().filter(|(d, u)| stale(d, u)).map(|(d, _)| d.clone()).collect();
+    for dir in changed {
+        if let Some(using) = dirs.get_mut(&dir) {
+            Arc::make_mut(using).unknown.clear();
+        }
+    }
+    for (dir, uids) in unknown {
+        let Some(using) = dirs.get_mut(*dir) else { continue };
+        if using.unknown != *uids {
+            Arc::make_mut(using).unknown = uids.clone();
+        }
+    }
+}
+
+/// An orphan check's LISTs, sent after a snapshot showed `gone` unknown in `dir`'s marker, did
+/// not list them alive: those models are deleted, and hold no download back there.
+pub(super) fn forget_gone(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &str, gone: &[Uid]) {
+    let Some(shared) = dirs.get_mut(dir) else { return };
+    let using = Arc::make_mut(shared);
+    using.unknown.retain(|u| !gone.contains(u));
+    using.gone.extend_from_slice(gone);
+    using.gone.sort();
+    using.gone.dedup();
+}
+
+/// A download into `dir` ended at step `seq` with the marker naming `uids` (with its own).
+pub(super) fn marked_by(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &str, uids: &[Uid], seq: u64) {
+    marked(dirs, dir, uids);
+    if let Some(using) = dirs.get_mut(dir) {
+        Arc::make_mut(using).marked_seq = seq;
+    }
+}
+
+/// What a snapshot asked for at step `requested_seq` shows each used directory's marker naming
+/// (`shown`, by path; nothing for a directory without one): the record of a directory no effect
+/// has changed since is what it shows, so that uids a download wrote out of the marker leave
+/// it (a held model kept a path whose marker no longer named it, and the directory stayed for
+/// good: swarm seed 82997 on another run). One changed since, or under what the scan could not
+/// read (`unread`), gains what it shows and loses nothing.
+pub(super) fn refresh_marked(
+    dirs: &mut Map<Arc<str>, Arc<DirUse>>,
+    shown: &FxHashMap<&str, Vec<Uid>>,
+    requested_seq: u64,
+    unread: &[String],
+) {
+    let under_unread = |d: &str| {
+        unread.iter().any(|u| u.is_empty() || d == u || d.strip_prefix(u.as_str()).is_some_and(|r| r.starts_with('/')))
+    };
+    let none = Vec::new();
+    let changed: Vec<Arc<str>> = dirs
+        .iter()
+        .filter(|(d, using)| {
+            let uids = shown.get(&***d).unwrap_or(&none);
+            match using.marked_seq < requested_seq && !under_unread(d) {
+                true => using.marked != *uids,
+                false => uids.iter().any(|u| using.marked.binary_search(u).is_err()),
+            }
+        })
+        .map(|(d, _)| d.clone())
+        .collect();
+    for dir in changed {
+        let uids = shown.get(&*dir).unwrap_or(&none);
+        let Some(shared) = dirs.get_mut(&dir) else { continue };
+        let using = Arc::make_mut(shared);
+        if using.marked_seq < requested_seq && !under_unread(&dir) {
+            using.marked = uids.clone();
+        } else {
+            using.marked.extend_from_slice(uids);
+            using.marked.sort();
+            using.marked.dedup();
+        }
+        using.unknown.retain(|u| using.marked.binary_search(u).is_ok());
+    }
+}
+
 /// `uid` gave `dir` up (`Op::DisownDir`). Other uids the marker lost, of models gone, go again
 /// at the next disown if a download writes them back.
-pub(super) fn unmarked(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &str, uid: &Uid) {
+pub(super) fn unmarked(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &str, uid: &Uid, seq: u64) {
     let Some(shared) = dirs.get_mut(dir).filter(|using| using.marked.binary_search(uid).is_ok()) else { return };
-    Arc::make_mut(shared).marked.retain(|u| u != uid);
+    let using = Arc::make_mut(shared);
+    using.marked.retain(|u| u != uid);
+    using.unknown.retain(|u| u != uid);
+    using.marked_seq = seq;
 }
 
 /// May a model listed (or known) use the copy `rel`? Conservative: an `hf://` model of the same
@@ -504,5 +612,45 @@ pub fn may_use_copy(obj: &ModelObject, known_commit: Option<&str>, rel: &str) ->
     match known_commit {
         Some(known) => known == commit,
         None => !is_commit(revision) || revision == commit,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn uids(names: &[&str]) -> Vec<Uid> {
+        names.iter().map(|n| Uid::new(n)).collect()
+    }
+
+    /// One used directory `d` whose record names `marked`, last changed by an effect at `seq`.
+    fn dirs_with(marked: &[&str], seq: u64) -> Dirs {
+        let mut dirs = Dirs::default();
+        let using = DirUse { marked: uids(marked), marked_seq: seq, ..DirUse::default() };
+        dirs.insert(Arc::from("d"), Arc::new(using));
+        dirs
+    }
+
+    /// Swarm seed 82997 (on the run after the unknown-uid rule): the record kept a uid a
+    /// download had written out of the marker, a held model stayed a member for it, and the
+    /// directory stayed for good. A snapshot asked for after the last change is what the marker
+    /// names; one asked for before it, or under what the scan could not read, only adds.
+    #[test]
+    fn a_fresh_snapshot_is_what_the_marker_names_and_a_stale_one_only_adds() {
+        let shown: FxHashMap<&str, Vec<Uid>> = [("d", uids(&["a", "c"]))].into_iter().collect();
+        let mut fresh = dirs_with(&["a", "b"], 5);
+        refresh_marked(&mut fresh, &shown, 6, &[]);
+        assert_eq!(fresh["d"].marked, uids(&["a", "c"]));
+        let mut stale = dirs_with(&["a", "b"], 6);
+        refresh_marked(&mut stale, &shown, 6, &[]);
+        assert_eq!(stale["d"].marked, uids(&["a", "b", "c"]));
+        for unread in ["", "d"] {
+            let mut hidden = dirs_with(&["a", "b"], 5);
+            refresh_marked(&mut hidden, &FxHashMap::default(), 6, &[unread.to_string()]);
+            assert_eq!(hidden["d"].marked, uids(&["a", "b"]), "unread {unread:?}");
+        }
+        let mut gone = dirs_with(&["a", "b"], 5);
+        refresh_marked(&mut gone, &FxHashMap::default(), 6, &["dd".to_string()]);
+        assert!(gone["d"].marked.is_empty(), "no marker there now, and `dd` is not above `d`");
     }
 }

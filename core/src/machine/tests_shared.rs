@@ -1795,3 +1795,74 @@ fn a_held_model_placed_again_keeps_the_weights_the_marker_names_it_for() {
     run(&mut h, e, &mut seen, &marked, &[owner, held]);
     assert!(seen.trashed.is_empty(), "x1's weights trashed: {:?}", seen.trashed);
 }
+
+/// The first download of `m1` (hf://org/new at `pair`) after a start whose BaseModel list was
+/// empty (unsynced), while `pair`'s marker names `x1`, a BaseModel of another source no record
+/// knows. The orphan check's LISTs show `x1` as `x1_listed` says (None: not listed; Some: listed,
+/// being deleted or not); `m1` arrives before the first snapshot, or after it (`m_late`).
+fn first_download_over_a_marker_naming_an_unknown_uid(
+    x1_listed: Option<bool>,
+    m_late: bool,
+) -> Vec<(String, Vec<String>, bool, Vec<String>)> {
+    let mut h = H::new();
+    let m = obj(&ModelKey::cluster("m"), "m1", "hf://org/new", Some("/mnt/models/pair"));
+    let x1 = obj(&ModelKey::namespaced("team", "x"), "x1", "hf://org/old", Some("/mnt/models/pair"));
+    let mut pending = Vec::new();
+    for kind in Kind::ALL {
+        pending.extend(h.watch(kind, WatchEvent::RelistStarted));
+        if kind == Kind::ClusterBaseModel && !m_late {
+            pending.extend(h.watch(kind, WatchEvent::RelistItem(m.clone().into())));
+        }
+        pending.extend(h.watch(kind, WatchEvent::RelistDone));
+    }
+    let owned_dirs = vec![OwnedDir { path: "pair".into(), uid: Uid::new("x1"), reserved: false }];
+    let (mut all, mut later) = (Vec::new(), vec![Input::NodeObserved(node(&[]))]);
+    if m_late {
+        later.insert(0, Input::Watch { kind: Kind::ClusterBaseModel, event: WatchEvent::Applied(m.clone().into()) });
+    }
+    for _ in 0..60 {
+        let mut next = Vec::new();
+        for x in &pending {
+            let input = match &x.op {
+                Op::Snapshot => {
+                    let snapshot = DriftSnapshot { owned_dirs: owned_dirs.clone(), ..DriftSnapshot::default() };
+                    Input::DriftObserved { id: x.id, snapshot }
+                }
+                Op::ProbeRoot => Input::RootProbed { id: x.id, probe: RootProbe::healthy(true) },
+                Op::LiveList { kind, .. } => {
+                    let listed = match (kind, x1_listed) {
+                        (Kind::BaseModel, Some(deleting)) => vec![Arc::new(ModelObject { deleting, ..x1.clone() })],
+                        (Kind::ClusterBaseModel, _) => vec![Arc::new(m.clone())],
+                        _ => Vec::new(),
+                    };
+                    Input::LiveList { id: x.id, result: ListResult::Listed(listed) }
+                }
+                Op::LiveGet { .. } | Op::LiveGetNode | Op::Download { .. } => continue,
+                _ => Input::EffectDone { id: x.id, outcome: Outcome::Done },
+            };
+            next.extend(h.input(input));
+        }
+        all.append(&mut pending);
+        if next.is_empty() && !later.is_empty() {
+            next = h.input(later.remove(0));
+        }
+        pending = next;
+    }
+    download_owners(&all)
+}
+
+/// Swarm seed 102822: after a start whose BaseModel list was empty, a marker named a live
+/// BaseModel of another source no record knew. Its uid went to the download as a co-owner and
+/// nothing held the download back: the files that model was Ready on were replaced. A uid the
+/// marker names that no record knows is of another source for the download (the shell replaces
+/// no other source's files for it) until the orphan check's LISTs show it gone.
+#[test]
+fn a_marker_naming_a_uid_no_record_knows_holds_a_download_back_until_lists_show_it_gone() {
+    let owners = |other: &[&str]| {
+        let other: Vec<String> = other.iter().map(|u| u.to_string()).collect();
+        vec![("m1".to_string(), vec!["x1".to_string()], false, other)]
+    };
+    assert_eq!(first_download_over_a_marker_naming_an_unknown_uid(Some(false), false), owners(&["x1"]), "alive");
+    assert_eq!(first_download_over_a_marker_naming_an_unknown_uid(None, false), owners(&[]), "gone");
+    assert_eq!(first_download_over_a_marker_naming_an_unknown_uid(Some(true), false), owners(&[]), "being deleted");
+}
