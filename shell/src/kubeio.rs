@@ -51,7 +51,29 @@ pub fn model_resource(kind: Kind) -> ApiResource {
     ApiResource::from_gvk_with_plural(&gvk, kind.plural())
 }
 
-pub async fn client(kubeconfig: Option<&str>) -> Result<Client, String> {
+/// The API client for requests (each with its own deadline) and the one for the watchers.
+pub async fn clients(kubeconfig: Option<&str>) -> Result<(Client, Client), String> {
+    let config = client_config(kubeconfig).await?;
+    let requests = Client::try_from(config.clone()).map_err(|e| format!("building the API client: {e}"))?;
+    Ok((requests, watch_client(config, WATCH_READ_TIMEOUT)?))
+}
+
+/// A connection of the watchers' client that sends nothing for this long is dead. kube's watcher
+/// asks the server to end each watch call after 290 s and gives up on a silent one 5 s later,
+/// but its LIST pages had no deadline: one page on a half-open connection (an API server
+/// restarted behind a load balancer, say) stopped that kind's (re)list for good, and the agent
+/// saw no change of it again while `/livez` stayed green.
+pub const WATCH_READ_TIMEOUT: Duration = Duration::from_secs(330);
+
+/// The watchers' client: every response must keep sending within `read_timeout`, counted from
+/// each request (a pooled connection's idle time does not count).
+pub fn watch_client(mut config: Config, read_timeout: Duration) -> Result<Client, String> {
+    config.read_timeout = Some(read_timeout);
+    config.reset_reader_on_write = true;
+    Client::try_from(config).map_err(|e| format!("building the watchers' API client: {e}"))
+}
+
+async fn client_config(kubeconfig: Option<&str>) -> Result<Config, String> {
     let config = match kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| format!("--kubeconfig {path}: {e}"))?;
@@ -61,7 +83,7 @@ pub async fn client(kubeconfig: Option<&str>) -> Result<Client, String> {
         }
         None => Config::infer().await.map_err(|e| format!("no kubeconfig and no in-cluster config: {e}"))?,
     };
-    Client::try_from(config).map_err(|e| format!("building the API client: {e}"))
+    Ok(config)
 }
 
 /// One object from the API, as the core keeps it. An object that cannot be identified is
@@ -783,6 +805,38 @@ mod tests {
             let e = apply_batch(&client, "node-1", "ome", &[publish(1)]).await.unwrap_err();
             assert_eq!(e.rejected, rejected, "{status}: {e:?}");
         }
+    }
+
+    /// A watcher's LIST on a connection that accepted and never answers fails within the
+    /// watchers' read timeout (here 1 s), and the watcher lists again: before, it waited for good.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_watcher_s_list_on_a_silent_connection_fails_within_the_read_timeout() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = accepted.clone();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                held.push(socket); // accepted, never answered
+            }
+        });
+        let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
+        // The watcher's first item is `Init`, before its LIST; the next is what the LIST gave.
+        let after_init = |client: Client, wait: Duration| async move {
+            let api: Api<LeanModel> = Api::all_with(client, &model_resource(Kind::ClusterBaseModel));
+            let stream = watcher(api, watcher::Config::default().page_size(WATCH_PAGE_ITEMS));
+            futures::pin_mut!(stream);
+            assert!(matches!(stream.next().await, Some(Ok(watcher::Event::Init))));
+            tokio::time::timeout(wait, stream.next()).await
+        };
+        let plain = Client::try_from(config.clone()).unwrap();
+        assert!(after_init(plain, Duration::from_secs(3)).await.is_err(), "without a read timeout it waits");
+        let answered = after_init(watch_client(config, Duration::from_secs(1)).unwrap(), Duration::from_secs(20)).await;
+        let item = answered.expect("the watcher's LIST had no answer after 20 s").expect("an item");
+        assert!(item.is_err(), "a silent LIST is an error: {item:?}");
+        assert!(accepted.load(std::sync::atomic::Ordering::Relaxed) >= 2);
     }
 
     /// A ClusterBaseModel LIST served in `pages` pages of one object, each answered after

@@ -196,7 +196,7 @@ fn download_options(cli: &Cli) -> download::Options {
 }
 
 async fn run(cli: Cli, node_name: String, downloads: downloads::Downloads) -> Result<(), String> {
-    let client = kubeio::client(cli.kubeconfig.as_deref()).await?;
+    let (client, watching) = kubeio::clients(cli.kubeconfig.as_deref()).await?;
     let seed =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
     let config = Config {
@@ -228,21 +228,15 @@ async fn run(cli: Cli, node_name: String, downloads: downloads::Downloads) -> Re
     let writer = tokio::spawn(kubeio::writer(writes_rx, outcomes_tx.clone(), metrics.clone(), apply));
     kubeio::log_startup(&node_name, &cli.namespace);
     let watchers = [
-        tokio::spawn(kubeio::watch_node(client.clone(), node_name.clone(), watch_tx.clone(), metrics.clone())),
+        tokio::spawn(kubeio::watch_node(watching.clone(), node_name.clone(), watch_tx.clone(), metrics.clone())),
         tokio::spawn(kubeio::watch_models(
-            client.clone(),
+            watching.clone(),
             Kind::BaseModel,
             spec_bytes_max,
             watch_tx.clone(),
             metrics.clone(),
         )),
-        tokio::spawn(kubeio::watch_models(
-            client.clone(),
-            Kind::ClusterBaseModel,
-            spec_bytes_max,
-            watch_tx,
-            metrics.clone(),
-        )),
+        tokio::spawn(kubeio::watch_models(watching, Kind::ClusterBaseModel, spec_bytes_max, watch_tx, metrics.clone())),
     ];
     let ctx = Ctx::new(
         (client, node_name, cli.namespace.clone(), PathBuf::from(&cli.models_root)),
