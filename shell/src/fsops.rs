@@ -1100,9 +1100,9 @@ mod tests {
         assert!(!entry.exists(), "the trash entry is still there");
     }
 
-    /// Two models whose paths nest (`a` for u1, `a/b` for u2, both downloads): u1's delete moves
-    /// `a` to the trash with u2's weights in it, and the purge deletes them. trash_dir checks only
-    /// the marker of `a`.
+    /// A review: two models whose paths nest (`a` for u1, `a/b` for u2, both downloads). u1's
+    /// delete moved `a` to the trash with u2's weights in it (the trash read only `a`'s marker),
+    /// and the purge deleted them.
     #[test]
     fn trashing_a_directory_never_takes_another_model_s_directory_inside_it() {
         let root = tmp("nested");

@@ -699,15 +699,12 @@ mod tests {
         }
     }
 
-    /// Runs the writer over `writes` (one batch) with `apply`; each id's outcome, and how many
-    /// requests it made.
-    async fn write_all<Fut>(
+    /// Runs the writer over `writes` (one batch), each request answered by `answer`; each id's
+    /// outcome, and how many requests it made.
+    async fn write_all(
         writes: Vec<Write>,
-        apply: impl FnMut(Vec<Write>) -> Fut + Send + 'static,
-    ) -> BTreeMap<u64, Outcome>
-    where
-        Fut: Future<Output = Result<(), BatchError>> + Send,
-    {
+        answer: fn(&[Write]) -> Result<(), BatchError>,
+    ) -> (BTreeMap<u64, Outcome>, usize) {
         let (tx, rx) = mpsc::unbounded_channel();
         let (out_tx, mut out_rx) = mpsc::unbounded_channel();
         let count = writes.len();
@@ -715,13 +712,19 @@ mod tests {
             tx.send(w).unwrap();
         }
         drop(tx);
+        let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = requests.clone();
+        let apply = move |batch: Vec<Write>| {
+            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            std::future::ready(answer(&batch))
+        };
         writer(rx, out_tx, Arc::new(Metrics::default()), apply).await;
         let mut outcomes = BTreeMap::new();
         while let Ok(Input::EffectDone { id, outcome }) = out_rx.try_recv() {
             outcomes.insert(id.0, outcome);
         }
         assert_eq!(outcomes.len(), count, "one outcome per write");
-        outcomes
+        (outcomes, requests.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// A review: one write the API server rejects (a ConfigMap past 1 MiB: 422) failed every
@@ -729,54 +732,35 @@ mod tests {
     /// is halved until the rejected write fails alone.
     #[tokio::test(flavor = "current_thread")]
     async fn a_rejected_write_fails_alone_and_the_rest_of_its_batch_lands() {
-        let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let counted = requests.clone();
-        let apply = move |batch: Vec<Write>| {
-            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let bad = batch.iter().any(|w| w.id() == EffectId(5));
-            async move {
-                match bad {
-                    true => Err(BatchError { reason: "422 the ConfigMap is too long".into(), rejected: true }),
-                    false => Ok(()),
-                }
-            }
+        let answer = |batch: &[Write]| match batch.iter().any(|w| w.id() == EffectId(5)) {
+            true => Err(BatchError { reason: "422 the ConfigMap is too long".into(), rejected: true }),
+            false => Ok(()),
         };
-        let outcomes = write_all((0..16).map(publish).collect(), apply).await;
+        let (outcomes, requests) = write_all((0..16).map(publish).collect(), answer).await;
         for (id, outcome) in &outcomes {
             assert_eq!(matches!(outcome, Outcome::Failed(_)), *id == 5, "{id}: {outcome:?}");
         }
-        let made = requests.load(std::sync::atomic::Ordering::Relaxed);
-        assert!(made <= 1 + 2 * 4, "halving 16 writes to the one rejected takes {made} requests");
+        assert!(requests <= 1 + 2 * 4, "halving 16 writes to the one rejected takes {requests} requests");
     }
 
     /// Any other failure (a timeout, a server error) fails the batch whole at once: the API
     /// server being down is no reason to send each write on its own.
     #[tokio::test(flavor = "current_thread")]
     async fn a_batch_that_failed_otherwise_is_not_split() {
-        let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let counted = requests.clone();
-        let apply = move |_: Vec<Write>| {
-            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            async { Err(BatchError::from("GET configmap timed out after 10 s".to_string())) }
-        };
-        let outcomes = write_all((0..16).map(publish).collect(), apply).await;
+        let answer = |_: &[Write]| Err(BatchError::from("GET configmap timed out after 10 s".to_string()));
+        let (outcomes, requests) = write_all((0..16).map(publish).collect(), answer).await;
         assert!(outcomes.values().all(|o| matches!(o, Outcome::Failed(_))));
-        assert_eq!(requests.load(std::sync::atomic::Ordering::Relaxed), 1);
+        assert_eq!(requests, 1);
     }
 
     /// Every write rejected: the halving stops at `SPLIT_DEPTH_MAX`, so a batch costs a bounded
     /// number of requests (2^7 - 1 at most), not two per write.
     #[tokio::test(flavor = "current_thread")]
     async fn halving_a_batch_whose_every_write_is_rejected_is_bounded() {
-        let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let counted = requests.clone();
-        let apply = move |_: Vec<Write>| {
-            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            async { Err(BatchError { reason: "422".into(), rejected: true }) }
-        };
-        let outcomes = write_all((0..2_000).map(publish).collect(), apply).await;
+        let answer = |_: &[Write]| Err(BatchError { reason: "422".into(), rejected: true });
+        let (outcomes, requests) = write_all((0..2_000).map(publish).collect(), answer).await;
         assert!(outcomes.values().all(|o| matches!(o, Outcome::Failed(_))));
-        assert_eq!(requests.load(std::sync::atomic::Ordering::Relaxed), (1 << (SPLIT_DEPTH_MAX + 1)) - 1);
+        assert_eq!(requests, (1 << (SPLIT_DEPTH_MAX + 1)) - 1);
     }
 
     /// The API server's answer to a ConfigMap past 1 MiB (a 422 Status, as kube-apiserver

@@ -292,3 +292,13 @@ fn swarm_seed_82997_keeps_the_weights_of_a_held_model_placed_again() {
 fn swarm_seed_102822_replaces_no_files_of_a_model_no_record_knows() {
     assert_clean_run(102_822, model_agent_sim::scenario::swarm_knobs(102_822, None, None));
 }
+
+/// Found in seeds 106,000–107,999 on a run the unknown-uid rule shifted: a placement exit's GET
+/// was in flight when ClusterBaseModel `v-0015`'s watch DELETED came; the exit became a delete
+/// candidate, but the GET, sent before the delete and answering Found, suppressed it as a
+/// phantom, and the deleted model's label and entry stayed on node 1 for good. A candidate
+/// recaused by a new event takes no answer sent before it (`watch::candidate`).
+#[test]
+fn swarm_seed_107671_takes_no_read_sent_before_a_delete_that_recaused_an_exit() {
+    assert_clean_run(107_671, model_agent_sim::scenario::swarm_knobs(107_671, None, None));
+}

@@ -372,7 +372,8 @@ fn dir_view(dirs: &Map<Arc<str>, Arc<DirUse>>, trashing: &Set<Arc<str>>, dir: &s
     };
     DirView {
         busy: others().any(|m| m.downloading),
-        shared: others().any(|m| sharer(&m)),
+        shared: others().any(|m| sharer(&m))
+            || using.unknown.iter().any(|u| *u != *me.uid && !using.members.iter().any(|m| m.uid == *u)),
         co_owners,
         trashing: trashing.contains(dir) || others().any(|m| m.trashing),
         artifact: copy_parts(dir).map(|_| artifact_view(using, me)),
@@ -462,7 +463,9 @@ pub(super) fn unregister(dirs: &mut Map<Arc<str>, Arc<DirUse>>, gone: &[(Arc<str
         if let Some(using) = dirs.get_mut(dir)
             && let Err(at) = using.gone.binary_search(uid)
         {
-            Arc::make_mut(using).gone.insert(at, uid.clone());
+            let using = Arc::make_mut(using);
+            using.gone.insert(at, uid.clone());
+            using.unknown.retain(|u| u != uid);
         }
     }
     affected

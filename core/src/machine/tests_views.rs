@@ -416,3 +416,38 @@ fn a_held_exit_answered_early_by_a_list_waits_out_the_hold_without_reading_the_n
     answer_reads(&mut h, e, &live, &in_pool());
     assert_eq!(h.view(&moved.key, "u8").life, Life::Withdrawn);
 }
+
+/// Swarm seed 107671 (on a run the unknown-uid rule shifted): a placement exit's GET was in
+/// flight when the model's watch DELETED came; the exit became a delete candidate, but the GET,
+/// sent before the delete and answering Found, suppressed it as a phantom, and the deleted
+/// model's label and entry stayed for good. A candidate recaused by a new event takes no
+/// answer sent before it, as one questioned again does.
+#[test]
+fn a_read_sent_before_a_delete_that_recaused_an_exit_does_not_clear_it() {
+    let mut h = H::new();
+    let g0 = pool(local("g0", "u0"), "a");
+    let e = h.start_on(node(&[("pool", "a")]), false, vec![g0.clone()]);
+    h.settle(e);
+    let e = h.input(Input::NodeObserved(node(&[])));
+    let key = ModelKey::cluster("g0");
+    assert!(matches!(pending_cause(&h.view(&key, "u0")), Some((Cause::PlacementExit, _))), "{e:?}");
+    let sent = gets(&e);
+    assert_eq!(sent.len(), 1, "{e:?}");
+    h.now += 10;
+    h.watch(Kind::ClusterBaseModel, WatchEvent::Deleted(g0.clone().into()));
+    assert!(matches!(pending_cause(&h.view(&key, "u0")), Some((Cause::WatchDeleted, _))));
+    // The Node places it again (the exit alone would be cancelled): only existence is open.
+    h.input(Input::NodeObserved(node(&[("pool", "a")])));
+    h.now += 10;
+    let e = h.input(Input::LiveRead { id: sent[0].0, result: ReadResult::Found(g0.clone().into()) });
+    assert!(h.view(&key, "u0").life != Life::Observed, "a Found sent before the delete cleared it: {e:?}");
+    assert!(matches!(pending_cause(&h.view(&key, "u0")), Some((Cause::WatchDeleted, _))));
+    // Read again (after the breaker's hold, which the wipe tripped): gone, so withdrawn.
+    let mut withdrawn = false;
+    for _ in 0..100 {
+        let e = h.advance(10_000);
+        let all = answer_reads(&mut h, e, &[], &node(&[("pool", "a")]));
+        withdrawn |= destructive(&all).iter().any(|op| matches!(op, Op::Unpublish { .. }));
+    }
+    assert!(withdrawn, "{:?}", h.view(&key, "u0"));
+}

@@ -151,9 +151,12 @@ impl State {
             }
             CandidateStep::Pend(cause) => inc.life = pending(cause, st.now, st.seq),
             CandidateStep::Recause(new_cause) => {
-                // The read in flight or the hold keeps going; its answer now decides existence.
-                if let Life::PendingConfirm { cause, read, .. } = &mut inc.life {
+                // The read in flight or the hold keeps going; its answer now decides existence,
+                // but one sent before this event cannot clear it (swarm seed 107671: a Found
+                // sent before the DELETED suppressed it, and the label stayed for good).
+                if let Life::PendingConfirm { cause, read, since_seq, .. } = &mut inc.life {
                     *cause = new_cause;
+                    *since_seq = st.seq;
                     // An answer that only waited for the Node witness says nothing about
                     // existence now: read again.
                     if matches!(read, ReadState::ModelAnswered { .. }) {
