@@ -392,8 +392,7 @@ impl State {
             let Op::DisownDir { uid, path, keep, .. } = &mut e.op else { continue };
             let using = self.dirs.get(path.as_str());
             let recorded = using.into_iter().flat_map(|d| d.marked.iter().chain(d.members.iter().map(|m| &m.uid)));
-            let unknown = |u: &Uid| using.is_some_and(|d| d.unknown.contains(u));
-            let recorded_staying = recorded.filter(|u| staying.get(*u).copied().unwrap_or(!synced || unknown(u)));
+            let recorded_staying = recorded.filter(|u| staying.get(*u).copied().unwrap_or(!synced));
             let named = naming.iter().filter(|(p, _)| *p == path.as_str()).map(|(_, u)| *u);
             let mut kept: Vec<Uid> = recorded_staying.chain(named).filter(|u| *u != uid).cloned().collect();
             kept.sort();

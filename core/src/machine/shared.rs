@@ -372,8 +372,7 @@ fn dir_view(dirs: &Map<Arc<str>, Arc<DirUse>>, trashing: &Set<Arc<str>>, dir: &s
     };
     DirView {
         busy: others().any(|m| m.downloading),
-        shared: others().any(|m| sharer(&m))
-            || using.unknown.iter().any(|u| *u != *me.uid && !using.members.iter().any(|m| m.uid == *u)),
+        shared: others().any(|m| sharer(&m)),
         co_owners,
         trashing: trashing.contains(dir) || others().any(|m| m.trashing),
         artifact: copy_parts(dir).map(|_| artifact_view(using, me)),
