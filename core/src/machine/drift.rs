@@ -327,9 +327,9 @@ impl State {
         }
     }
 
-    /// The uids the check found unknown in used directories' markers that its LISTs show gone
-    /// (not listed, or listed being deleted: final) and that no record knows: forgotten there,
-    /// and the directories' members decide again.
+    /// The uids the check found unknown in used directories' markers that no record knows:
+    /// those its LISTs show gone (not listed, or listed being deleted: final) are forgotten
+    /// there, those they show alive recorded so, and the directories' members decide again.
     fn forget_unknown_gone(&mut self, st: &mut Step, check: &OrphanCheck) {
         if check.unknown.is_empty() {
             return;
@@ -338,8 +338,10 @@ impl State {
         let alive: FxHashSet<&Uid> = listed.filter(|o| !o.deleting).map(|o| &o.uid).collect();
         let known: FxHashSet<&Uid> = self.slots.values().flat_map(|s| s.all()).map(|i| i.uid()).collect();
         for (path, marked) in &check.unknown {
+            let seen: Vec<Uid> = marked.iter().filter(|u| alive.contains(u) && !known.contains(u)).cloned().collect();
+            shared::seen_alive(&mut self.dirs, path, &seen);
             let gone: Vec<Uid> = marked.iter().filter(|u| !alive.contains(u) && !known.contains(u)).cloned().collect();
-            if gone.is_empty() {
+            if gone.is_empty() && seen.is_empty() {
                 continue;
             }
             shared::forget_gone(&mut self.dirs, path, &gone);
@@ -392,7 +394,9 @@ impl State {
             let Op::DisownDir { uid, path, keep, .. } = &mut e.op else { continue };
             let using = self.dirs.get(path.as_str());
             let recorded = using.into_iter().flat_map(|d| d.marked.iter().chain(d.members.iter().map(|m| &m.uid)));
-            let recorded_staying = recorded.filter(|u| staying.get(*u).copied().unwrap_or(!synced));
+            // A uid no record knows that the LISTs showed alive stays too (a review).
+            let alive = |u: &Uid| using.is_some_and(|d| d.alive.contains(u));
+            let recorded_staying = recorded.filter(|u| staying.get(*u).copied().unwrap_or(!synced || alive(u)));
             let named = naming.iter().filter(|(p, _)| *p == path.as_str()).map(|(_, u)| *u);
             let mut kept: Vec<Uid> = recorded_staying.chain(named).filter(|u| *u != uid).cloned().collect();
             kept.sort();

@@ -26,13 +26,15 @@ impl State {
         self.dir_invariants()
     }
 
-    /// A directory's unknown uids are ones its marker is known to name, none proven gone.
+    /// A directory's unknown uids are ones its marker is known to name, none proven gone; those
+    /// seen alive are unknown ones.
     fn dir_invariants(&self) -> Result<(), String> {
         for (dir, using) in self.dirs.iter() {
             let sorted = |uids: &[Uid]| uids.windows(2).all(|w| w[0] < w[1]);
             let marked = using.unknown.iter().all(|u| using.marked.binary_search(u).is_ok());
             let undecided = using.unknown.iter().all(|u| using.gone.binary_search(u).is_err());
-            if !(sorted(&using.unknown) && sorted(&using.gone) && marked && undecided) {
+            let alive = sorted(&using.alive) && using.alive.iter().all(|u| using.unknown.binary_search(u).is_ok());
+            if !(sorted(&using.unknown) && sorted(&using.gone) && marked && undecided && alive) {
                 return Err(format!(
                     "{dir}: unknown uids {:?} disagree with marked {:?} or gone {:?}",
                     using.unknown, using.marked, using.gone

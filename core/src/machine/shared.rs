@@ -62,6 +62,11 @@ pub struct DirUse {
     /// never unknown again here. They stay in `marked`: a model of the same name recreated
     /// adopts the directory its predecessor's marker names.
     pub gone: Vec<Uid>,
+    /// Of `unknown`, the uids an orphan check's LISTs showed alive (not being deleted): a live
+    /// model's files, as far as the core can tell. The directory counts as shared while one
+    /// that is not a member is here (a member's delete releases it rather than trash it), and a
+    /// disown keeps them in the marker (a review found both holes).
+    pub alive: Vec<Uid>,
     /// The step at which an effect of this agent last changed the marker (a download's owners,
     /// a disown): a snapshot asked for before it shows an older marker.
     pub marked_seq: u64,
@@ -372,7 +377,8 @@ fn dir_view(dirs: &Map<Arc<str>, Arc<DirUse>>, trashing: &Set<Arc<str>>, dir: &s
     };
     DirView {
         busy: others().any(|m| m.downloading),
-        shared: others().any(|m| sharer(&m)),
+        shared: others().any(|m| sharer(&m))
+            || using.alive.iter().any(|u| *u != *me.uid && !using.members.iter().any(|m| m.uid == *u)),
         co_owners,
         trashing: trashing.contains(dir) || others().any(|m| m.trashing),
         artifact: copy_parts(dir).map(|_| artifact_view(using, me)),
@@ -465,6 +471,7 @@ pub(super) fn unregister(dirs: &mut Map<Arc<str>, Arc<DirUse>>, gone: &[(Arc<str
             let using = Arc::make_mut(using);
             using.gone.insert(at, uid.clone());
             using.unknown.retain(|u| u != uid);
+            using.alive.retain(|u| u != uid);
         }
     }
     affected
@@ -520,13 +527,17 @@ pub(super) fn set_unknown(dirs: &mut Map<Arc<str>, Arc<DirUse>>, unknown: &FxHas
     let changed: Vec<Arc<str>> = dirs.iter().filter(|(d, u)| stale(d, u)).map(|(d, _)| d.clone()).collect();
     for dir in changed {
         if let Some(using) = dirs.get_mut(&dir) {
-            Arc::make_mut(using).unknown.clear();
+            let using = Arc::make_mut(using);
+            using.unknown.clear();
+            using.alive.clear();
         }
     }
     for (dir, uids) in unknown {
         let Some(using) = dirs.get_mut(*dir) else { continue };
         if using.unknown != *uids {
-            Arc::make_mut(using).unknown = uids.clone();
+            let using = Arc::make_mut(using);
+            using.unknown = uids.clone();
+            using.alive.retain(|u| uids.contains(u));
         }
     }
 }
@@ -589,7 +600,21 @@ pub(super) fn refresh_marked(
             using.marked.dedup();
         }
         using.unknown.retain(|u| using.marked.binary_search(u).is_ok());
+        using.alive.retain(|u| using.marked.binary_search(u).is_ok());
     }
+}
+
+/// An orphan check's LISTs showed `alive` (unknown in `dir`'s marker) alive.
+pub(super) fn seen_alive(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &str, alive: &[Uid]) {
+    let Some(shared) = dirs.get_mut(dir) else { return };
+    let fresh = |u: &Uid| shared.unknown.contains(u) && !shared.alive.contains(u);
+    if !alive.iter().any(fresh) {
+        return;
+    }
+    let using = Arc::make_mut(shared);
+    using.alive.extend(alive.iter().filter(|u| using.unknown.contains(u)).cloned());
+    using.alive.sort();
+    using.alive.dedup();
 }
 
 /// `uid` gave `dir` up (`Op::DisownDir`). Other uids the marker lost, of models gone, go again
@@ -599,6 +624,7 @@ pub(super) fn unmarked(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &str, uid: &U
     let using = Arc::make_mut(shared);
     using.marked.retain(|u| u != uid);
     using.unknown.retain(|u| u != uid);
+    using.alive.retain(|u| u != uid);
     using.marked_seq = seq;
 }
 

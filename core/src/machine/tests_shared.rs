@@ -1867,6 +1867,56 @@ fn a_marker_naming_a_uid_no_record_knows_holds_a_download_back_until_lists_show_
     assert_eq!(first_download_over_a_marker_naming_an_unknown_uid(Some(true), false), owners(&[]), "being deleted");
 }
 
+/// A review (of the unknown-uid rule): the same start as swarm seed 102822 (the BaseModel list empty, unsynced), `shared`'s
+/// marker naming `a1` (ClusterBaseModel `a`, known) and `u1` (BaseModel `team/u`, alive, Ready
+/// there on the same source, no record knows it). `a` is deleted: its cleanup must not trash
+/// the directory while the marker names a uid no record knows and the LISTs show alive.
+#[test]
+fn a_co_owner_s_delete_never_trashes_a_directory_whose_marker_names_a_live_unknown_uid() {
+    let mut h = H::new();
+    let at = Some("/mnt/models/shared");
+    let a = obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", at);
+    let u = obj(&ModelKey::namespaced("team", "u"), "u1", "hf://org/repo", at);
+    let mut seen = Seen::default();
+    let markers: BTreeSet<String> = ["a1", "u1"].iter().map(|s| s.to_string()).collect();
+    seen.markers = Some([("shared".to_string(), markers)].into_iter().collect());
+    // Only `a` in the first lists; `u` is alive (the LISTs show it).
+    let e = h.start(true, vec![a.clone()]);
+    let listed = [a.clone(), u.clone()];
+    run(&mut h, e, &mut seen, &[], &listed);
+    drift_passes(&mut h, &mut seen, &listed);
+    let using = h.s.dirs.get("shared").cloned();
+    assert!(seen.trashed.is_empty(), "{:?}", seen.trashed);
+    let e = delete(&mut h, &a);
+    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&u));
+    drift_passes(&mut h, &mut seen, std::slice::from_ref(&u));
+    assert!(
+        seen.trashed.is_empty(),
+        "live u1's weights trashed by a's delete: {:?} (dir record before: {using:?})",
+        seen.trashed
+    );
+}
+
+/// A review (of the unknown-uid rule): as above, but `a` carries the reserve label: its delete gives the directory up
+/// (`DisownDir`). The marker must keep `u1` (alive, the LISTs show it, no record knows it):
+/// with `keep` left without it, the marker goes and `u`'s files are no one's.
+#[test]
+fn a_reserved_co_owner_s_disown_keeps_a_live_unknown_uid_in_the_marker() {
+    let mut h = H::new();
+    let at = Some("/mnt/models/shared");
+    let a = reserved(obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", at));
+    let u = obj(&ModelKey::namespaced("team", "u"), "u1", "hf://org/repo", at);
+    let mut seen = marked_at_shared(&["a1", "u1"], false);
+    let e = h.start(true, vec![a.clone()]);
+    let listed = [a.clone(), u.clone()];
+    run(&mut h, e, &mut seen, &[], &listed);
+    drift_passes(&mut h, &mut seen, &listed);
+    let e = delete(&mut h, &a);
+    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&u));
+    assert_eq!(seen.disowned, vec![("a1".to_string(), "shared".to_string())]);
+    assert!(seen.names("shared", &Uid::new("u1")), "the disown wrote live u1 out of the marker: {:?}", seen.markers);
+}
+
 /// `run`, but every download of `refused` fails (the shell refuses it: another source's files).
 fn run_refusing(h: &mut H, mut effects: Vec<Effect>, seen: &mut Seen, listed: &[ModelObject], refused: &str) {
     for _ in 0..200 {
