@@ -47,7 +47,7 @@ impl State {
             uids.dedup();
         }
         shared::refresh_marked(&mut self.dirs, &shown, requested_seq, &snap.unread);
-        let unknown = self.unknown_marked(&snap, &claimed);
+        let unknown = self.unknown_marked(&shown, &claimed);
         shared::set_unknown(&mut self.dirs, &unknown);
         for name in &snap.trash {
             if !self.trash.contains_key(name) {
@@ -59,20 +59,22 @@ impl State {
         self.begin_orphan_check(st, &snap, &claimed, unknown);
     }
 
-    /// The uids each used directory's marker names that no record knows, by path (nearly
-    /// always none). A shared copy's path names its source: its marker's uids are left out.
-    fn unknown_marked<'s>(&self, snap: &'s DriftSnapshot, claimed: &Claimed) -> FxHashMap<&'s str, Vec<Uid>> {
+    /// The uids each used directory's marker names (`shown`, sorted) that no record knows, by
+    /// path (nearly always none). A shared copy's path names its source: its marker's uids are
+    /// left out.
+    fn unknown_marked<'s>(
+        &self,
+        shown: &FxHashMap<&'s str, Vec<Uid>>,
+        claimed: &Claimed,
+    ) -> FxHashMap<&'s str, Vec<Uid>> {
         let mut unknown: FxHashMap<&str, Vec<Uid>> = FxHashMap::default();
-        for d in &snap.owned_dirs {
-            let path = d.path.as_str();
-            let undecided = self.dirs.get(path).is_some_and(|using| using.gone.binary_search(&d.uid).is_err());
-            if undecided && !claimed.uids.contains(&d.uid) && shared::copy_parts(path).is_none() {
-                unknown.entry(path).or_default().push(d.uid.clone());
+        for (path, uids) in shown.iter().filter(|(path, _)| shared::copy_parts(path).is_none()) {
+            let Some(using) = self.dirs.get(*path) else { continue };
+            let undecided = |u: &&Uid| using.gone.binary_search(u).is_err() && !claimed.uids.contains(*u);
+            let strangers: Vec<Uid> = uids.iter().filter(undecided).cloned().collect();
+            if !strangers.is_empty() {
+                unknown.insert(*path, strangers);
             }
-        }
-        for uids in unknown.values_mut() {
-            uids.sort();
-            uids.dedup();
         }
         unknown
     }
@@ -296,6 +298,13 @@ impl State {
             }
         }
         self.forget_unknown_gone(st, check);
+        self.sweep_orphan_dirs(st, check, &uids);
+    }
+
+    /// The check's directories that no known model uses and no live uid keeps (a copy: no
+    /// model that may use it) go to the trash, or are given up when their marker records a
+    /// reserved uid.
+    fn sweep_orphan_dirs(&mut self, st: &mut Step, check: &OrphanCheck, uids: &BTreeSet<Uid>) {
         let listed: Vec<&ModelObject> = check.listed.iter().flatten().flat_map(|v| v.iter().map(|o| &**o)).collect();
         for (path, marker_uids) in &check.dirs {
             // A copy is kept by its users, not by the uids in its marker: a model that switched
@@ -338,9 +347,9 @@ impl State {
         let alive: FxHashSet<&Uid> = listed.filter(|o| !o.deleting).map(|o| &o.uid).collect();
         let known: FxHashSet<&Uid> = self.slots.values().flat_map(|s| s.all()).map(|i| i.uid()).collect();
         for (path, marked) in &check.unknown {
-            let seen: Vec<Uid> = marked.iter().filter(|u| alive.contains(u) && !known.contains(u)).cloned().collect();
+            let (seen, gone): (Vec<Uid>, Vec<Uid>) =
+                marked.iter().filter(|u| !known.contains(u)).cloned().partition(|u| alive.contains(u));
             shared::seen_alive(&mut self.dirs, path, &seen);
-            let gone: Vec<Uid> = marked.iter().filter(|u| !alive.contains(u) && !known.contains(u)).cloned().collect();
             if gone.is_empty() && seen.is_empty() {
                 continue;
             }

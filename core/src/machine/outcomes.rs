@@ -271,7 +271,7 @@ fn fetch_outcome(
     let source = plan.fetch_into().map(|(source, _)| Arc::clone(source));
     let dir = fetch_done(inc, (config, prng), now, (plan, reserve), outcome)?;
     owners.push(uid.clone());
-    shared::marked_by(dirs, &dir, &owners, seq);
+    shared::marked(dirs, &dir, &owners, seq);
     let landed = matches!(inc.fetched, Fetched::Done(_));
     source.filter(|_| landed).map(|source| (dir, source))
 }

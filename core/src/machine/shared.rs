@@ -375,10 +375,11 @@ fn dir_view(dirs: &Map<Arc<str>, Arc<DirUse>>, trashing: &Set<Arc<str>>, dir: &s
         Some(source) if !copy && m.alive && m.holds && !same(&m) => Some((m.key.clone(), Arc::clone(source))),
         _ => None,
     };
+    // A uid no record knows (`DirUse::unknown`), other than this one's, that no member has.
+    let stranger = |u: &&Uid| **u != *me.uid && !using.members.iter().any(|m| m.uid == **u);
     DirView {
         busy: others().any(|m| m.downloading),
-        shared: others().any(|m| sharer(&m))
-            || using.alive.iter().any(|u| *u != *me.uid && !using.members.iter().any(|m| m.uid == *u)),
+        shared: others().any(|m| sharer(&m)) || using.alive.iter().any(|u| stranger(&u)),
         co_owners,
         trashing: trashing.contains(dir) || others().any(|m| m.trashing),
         artifact: copy_parts(dir).map(|_| artifact_view(using, me)),
@@ -386,9 +387,7 @@ fn dir_view(dirs: &Map<Arc<str>, Arc<DirUse>>, trashing: &Set<Arc<str>>, dir: &s
         other_source: others()
             .filter(|m| m.alive && other_source.contains(&&m.uid))
             .map(|m| m.uid.clone())
-            .chain(
-                using.unknown.iter().filter(|u| *u != me.uid && !using.members.iter().any(|m| m.uid == **u)).cloned(),
-            )
+            .chain(using.unknown.iter().filter(stranger).cloned())
             .collect(),
         named_by_others: using.marked.iter().any(|u| u != me.uid),
     }
@@ -505,16 +504,15 @@ fn leave(
     }
 }
 
-/// `dir`'s marker names `uids` (a download into it ended, or a snapshot shows it), recorded for a
-/// directory a known model uses. A look before the write: a snapshot shows what is known nearly
-/// always, and a write would copy a record shared with an earlier state.
-pub(super) fn marked(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &str, uids: &[Uid]) {
-    let known = |using: &DirUse| uids.iter().all(|u| using.marked.binary_search(u).is_ok());
-    if dirs.get(dir).is_none_or(|using| known(using)) {
-        return;
-    }
+/// A download into `dir` (a directory a known model uses) ended at step `seq` with its marker
+/// naming `uids`: recorded, with the step the marker changed (`DirUse::marked_seq`).
+pub(super) fn marked(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &str, uids: &[Uid], seq: u64) {
     let Some(shared) = dirs.get_mut(dir) else { return };
     let using = Arc::make_mut(shared);
+    using.marked_seq = seq;
+    if uids.iter().all(|u| using.marked.binary_search(u).is_ok()) {
+        return;
+    }
     using.marked.extend_from_slice(uids);
     using.marked.sort();
     using.marked.dedup();
@@ -551,14 +549,6 @@ pub(super) fn forget_gone(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &str, gone
     using.gone.extend_from_slice(gone);
     using.gone.sort();
     using.gone.dedup();
-}
-
-/// A download into `dir` ended at step `seq` with the marker naming `uids` (with its own).
-pub(super) fn marked_by(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &str, uids: &[Uid], seq: u64) {
-    marked(dirs, dir, uids);
-    if let Some(using) = dirs.get_mut(dir) {
-        Arc::make_mut(using).marked_seq = seq;
-    }
 }
 
 /// What a snapshot asked for at step `requested_seq` shows each used directory's marker naming
