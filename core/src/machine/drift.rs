@@ -49,6 +49,8 @@ impl State {
         shared::refresh_marked(&mut self.dirs, &shown, requested_seq, &snap.unread);
         let unknown = self.unknown_marked(&shown, &claimed);
         shared::set_unknown(&mut self.dirs, &unknown);
+        let known = |u: &Uid| claimed.uids.contains(u);
+        shared::rest_shown((&self.dirs, &mut self.dirs_rested), &shown, (requested_seq, &snap.unread), known);
         for name in &snap.trash {
             if !self.trash.contains_key(name) {
                 let purge_at = st.now.plus_ms(self.config.trash_grace_ms);

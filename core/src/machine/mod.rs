@@ -288,6 +288,11 @@ pub struct State {
     orphan_check: Option<Arc<OrphanCheck>>,
     /// Who uses each directory beneath the root that a download writes into or a model owns.
     dirs: Map<Arc<str>, Arc<shared::DirUse>>,
+    /// Directories no model uses whose marker names a uid no record knows (nearly always none),
+    /// as the last snapshot showed them or their last member left them: the record a model
+    /// coming to use one takes (`shared::rest_shown`). At most one per directory the last
+    /// snapshot showed or a model used since.
+    dirs_rested: Map<Arc<str>, Arc<shared::DirUse>>,
     /// Directories an orphan sweep is moving to the trash.
     dirs_trashing: Set<Arc<str>>,
     /// A `TimerKey::Sweep` is set.
@@ -402,6 +407,7 @@ impl State {
             snapshot_inflight: None,
             orphan_check: None,
             dirs: Map::default(),
+            dirs_rested: Map::default(),
             dirs_trashing: Set::default(),
             sweep_set: false,
             shutting_down: false,

@@ -164,6 +164,7 @@ impl State {
             shutting_down,
             stats,
             dirs,
+            dirs_rested,
             dirs_trashing,
             snapshot_seen,
             node_reads,
@@ -205,9 +206,10 @@ impl State {
             node_reads.wanted = true;
             node_reads.trash_waiting.insert(key.clone());
         }
-        st.dir_affected.extend(unregister_gone(dirs, &before, slot));
+        st.dir_affected.extend(unregister_gone((dirs, dirs_rested), &before, slot));
         let held = contest.as_ref().is_some_and(|c| c.held_by.is_some());
-        st.dir_affected.extend(shared::register(dirs, key, slot, &config.models_root, (node.as_deref(), held)));
+        let models_root = &config.models_root;
+        st.dir_affected.extend(shared::register((dirs, dirs_rested), key, slot, models_root, (node.as_deref(), held)));
         // A copy whose last user left (a delete, a switch to its own download): the sweep decides.
         st.copy_released |= before.iter().any(|(d, _)| shared::copy_parts(d).is_some() && !dirs.contains_key(d));
         sync_timers(timers, key, slot);
@@ -256,7 +258,7 @@ fn waits_for_trash_witness(inc: &Incarnation, env: &Env) -> bool {
 /// Unregisters the incarnations registered before a drive (`before`) that the slot no longer
 /// holds; returns the other members of the directories they left.
 fn unregister_gone(
-    dirs: &mut Map<Arc<str>, Arc<shared::DirUse>>,
+    dirs: (&mut shared::Dirs, &mut shared::Dirs),
     before: &FirstAndRest<(Arc<str>, Uid)>,
     slot: &Slot,
 ) -> Vec<ModelKey> {

@@ -415,7 +415,7 @@ fn artifact_view(using: &DirUse, me: &MemberRef) -> ArtifactView {
 /// the current one's keys). Returns the other members of every directory whose membership
 /// changed: their decisions read it.
 pub(super) fn register(
-    dirs: &mut Map<Arc<str>, Arc<DirUse>>,
+    (dirs, rested): (&mut Dirs, &mut Dirs),
     key: &ModelKey,
     slot: &mut Slot,
     models_root: &str,
@@ -442,10 +442,10 @@ pub(super) fn register(
             // replaces are not co-owners of its download (`DirView::co_owners`), which would
             // write them into the marker over files not of their source.
             let stays = now.as_ref().is_some_and(|(d, m)| d == dir && m.source == old.source);
-            leave(dirs, dir, &old.uid, &mut affected, !stays);
+            leave((dirs, rested), dir, &old.uid, &mut affected, !stays);
         }
         if let Some((dir, member)) = &now {
-            join(dirs, dir, member.clone(), &mut affected);
+            join((dirs, rested), dir, member.clone(), &mut affected);
         }
         if now.is_some() || inc.share.is_some() {
             inc.share_mut().registered = now;
@@ -460,11 +460,12 @@ pub(super) fn register(
 /// Remove uids no longer in `slot` (dropped incarnations: confirmed deleted) from the
 /// directories they used. A directory others still use remembers them gone, so that its
 /// marker naming them sends no orphan check to find that out (`DirUse::gone`).
-pub(super) fn unregister(dirs: &mut Map<Arc<str>, Arc<DirUse>>, gone: &[(Arc<str>, Uid)]) -> Vec<ModelKey> {
+pub(super) fn unregister((dirs, rested): (&mut Dirs, &mut Dirs), gone: &[(Arc<str>, Uid)]) -> Vec<ModelKey> {
     let mut affected = Vec::new();
     for (dir, uid) in gone {
-        leave(dirs, dir, uid, &mut affected, true);
-        if let Some(using) = dirs.get_mut(dir)
+        leave((dirs, rested), dir, uid, &mut affected, true);
+        // A directory left at rest remembers it too: its record comes back with the next member.
+        if let Some(using) = dirs.get_mut(dir).or(rested.get_mut(dir))
             && let Err(at) = using.gone.binary_search(uid)
         {
             let using = Arc::make_mut(using);
@@ -472,11 +473,21 @@ pub(super) fn unregister(dirs: &mut Map<Arc<str>, Arc<DirUse>>, gone: &[(Arc<str
             using.unknown.retain(|u| u != uid);
             using.alive.retain(|u| u != uid);
         }
+        if rested.get(dir).is_some_and(|using| using.unknown.is_empty()) {
+            rested.remove(dir);
+        }
     }
     affected
 }
 
-fn join(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &Arc<str>, member: Member, affected: &mut Vec<ModelKey>) {
+/// A directory no model used comes into use with the record it was left at rest with, if any
+/// (`State::dirs_rested`).
+fn join((dirs, rested): (&mut Dirs, &mut Dirs), dir: &Arc<str>, member: Member, affected: &mut Vec<ModelKey>) {
+    if !dirs.contains_key(dir)
+        && let Some(record) = rested.remove(dir)
+    {
+        dirs.insert(dir.clone(), record);
+    }
     let using = Arc::make_mut(dirs.entry(dir.clone()).or_default());
     affected.extend(using.members.iter().map(|m| m.key.clone()));
     let at = using.members.partition_point(|m| (&m.key, &m.uid) < (&member.key, &member.uid));
@@ -488,8 +499,11 @@ fn join(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &Arc<str>, member: Member, a
     using.members.insert(at, member);
 }
 
+/// The last member to leave a directory whose marker names a uid no record knows leaves its
+/// record at rest (`State::dirs_rested`): a model that comes back to it before the next
+/// snapshot must not take those files for its own.
 fn leave(
-    dirs: &mut Map<Arc<str>, Arc<DirUse>>,
+    (dirs, rested): (&mut Dirs, &mut Dirs),
     dir: &Arc<str>,
     uid: &Uid,
     affected: &mut Vec<ModelKey>,
@@ -499,8 +513,12 @@ fn leave(
     let using = Arc::make_mut(shared);
     using.members.retain(|m| m.uid != *uid);
     affected.extend(using.members.iter().map(|m| m.key.clone()));
-    if drop_empty && using.members.is_empty() {
-        dirs.remove(dir);
+    if drop_empty
+        && using.members.is_empty()
+        && let Some(record) = dirs.remove(dir)
+        && !record.unknown.is_empty()
+    {
+        rested.insert(dir.clone(), record);
     }
 }
 
@@ -594,6 +612,50 @@ pub(super) fn refresh_marked(
     }
 }
 
+/// What a snapshot asked for at step `requested_seq` shows of the directories no model uses
+/// (`shown`, as for `refresh_marked`): those whose marker names a uid `known` does not (nor
+/// one remembered gone there) are kept at rest with that record, so that a model coming to use
+/// one before the next snapshot does not take those files for its own (a download into a
+/// directory that came into use after the last snapshot had no record of its marker). The rest
+/// are forgotten: nearly always every one.
+pub(super) fn rest_shown(
+    (dirs, rested): (&Dirs, &mut Dirs),
+    shown: &FxHashMap<&str, Vec<Uid>>,
+    (requested_seq, unread): (u64, &[String]),
+    known: impl Fn(&Uid) -> bool,
+) {
+    refresh_marked(rested, shown, requested_seq, unread);
+    let strangers = |using: &DirUse| -> Vec<Uid> {
+        let stranger = |u: &&Uid| !known(u) && using.gone.binary_search(u).is_err();
+        using.marked.iter().filter(stranger).cloned().collect()
+    };
+    let keys: Vec<Arc<str>> = rested.keys().cloned().collect();
+    for dir in keys {
+        let Some(shared) = rested.get_mut(&dir) else { continue };
+        let unknown = strangers(shared);
+        if unknown.is_empty() {
+            rested.remove(&dir);
+        } else if unknown != shared.unknown {
+            let using = Arc::make_mut(shared);
+            using.alive.retain(|u| unknown.binary_search(u).is_ok());
+            using.unknown = unknown;
+        }
+    }
+    let unused = |path: &&str| copy_parts(path).is_none() && !dirs.contains_key(*path) && !rested.contains_key(*path);
+    let fresh: Vec<(Arc<str>, DirUse)> = shown
+        .iter()
+        .filter(|(path, _)| unused(path))
+        .filter_map(|(path, uids)| {
+            let using = DirUse { marked: uids.clone(), ..DirUse::default() };
+            let unknown = strangers(&using);
+            (!unknown.is_empty()).then(|| (Arc::from(*path), DirUse { unknown, ..using }))
+        })
+        .collect();
+    for (dir, using) in fresh {
+        rested.insert(dir, Arc::new(using));
+    }
+}
+
 /// An orphan check's LISTs showed `alive` (unknown in `dir`'s marker) alive.
 pub(super) fn seen_alive(dirs: &mut Map<Arc<str>, Arc<DirUse>>, dir: &str, alive: &[Uid]) {
     let Some(shared) = dirs.get_mut(dir) else { return };
@@ -647,6 +709,54 @@ mod tests {
         let using = DirUse { marked: uids(marked), marked_seq: seq, ..DirUse::default() };
         dirs.insert(Arc::from("d"), Arc::new(using));
         dirs
+    }
+
+    /// The last member to leave a directory whose marker names a uid no record knows leaves the
+    /// record at rest, and the next to come takes it; a directory with no such uid is
+    /// forgotten. A snapshot keeps at rest what it shows of unused directories with such uids,
+    /// and forgets those whose uids all became known or are not shown any more.
+    #[test]
+    fn a_directory_s_record_rests_while_no_model_uses_it_and_comes_back_with_the_next() {
+        let member = |uid: &str| Member {
+            key: ModelKey::cluster(uid),
+            uid: Uid::new(uid),
+            source: Some(Arc::from("hf://org/a")),
+            alive: true,
+            downloading: false,
+            holds: true,
+            trashing: false,
+            link_abs: None,
+        };
+        let (mut dirs, mut rested, mut affected) = (Dirs::default(), Dirs::default(), Vec::new());
+        let d: Arc<str> = Arc::from("d");
+        let using = DirUse {
+            members: vec![member("m1")],
+            marked: uids(&["m1", "x1"]),
+            unknown: uids(&["x1"]),
+            ..DirUse::default()
+        };
+        dirs.insert(d.clone(), Arc::new(using));
+        leave((&mut dirs, &mut rested), &d, &Uid::new("m1"), &mut affected, true);
+        assert!(dirs.is_empty());
+        assert_eq!(rested["d"].unknown, uids(&["x1"]));
+        join((&mut dirs, &mut rested), &d, member("m1"), &mut affected);
+        assert!(rested.is_empty());
+        assert_eq!((dirs["d"].marked.clone(), dirs["d"].unknown.clone()), (uids(&["m1", "x1"]), uids(&["x1"])));
+        dirs = dirs_with(&["m1"], 0);
+        Arc::make_mut(dirs.get_mut("d").unwrap()).members.push(member("m1"));
+        leave((&mut dirs, &mut rested), &d, &Uid::new("m1"), &mut affected, true);
+        assert!(dirs.is_empty() && rested.is_empty(), "no unknown uid: nothing to keep");
+
+        let shown: FxHashMap<&str, Vec<Uid>> =
+            [("d", uids(&["m1", "x1"])), ("e", uids(&["m2"])), ("f", uids(&["x3"]))].into_iter().collect();
+        let known = |u: &Uid| u.as_str().starts_with('m');
+        rest_shown((&dirs, &mut rested), &shown, (1, &[]), known);
+        let mut at_rest: Vec<(&str, Vec<Uid>)> = rested.iter().map(|(d, u)| (&**d, u.unknown.clone())).collect();
+        at_rest.sort();
+        assert_eq!(at_rest, vec![("d", uids(&["x1"])), ("f", uids(&["x3"]))]);
+        let shown: FxHashMap<&str, Vec<Uid>> = [("d", uids(&["m1", "x1"]))].into_iter().collect();
+        rest_shown((&dirs, &mut rested), &shown, (2, &[]), |_: &Uid| true);
+        assert!(rested.is_empty(), "x1 known, f's marker gone: {rested:?}");
     }
 
     /// Swarm seed 82997 (on the run after the unknown-uid rule): the record kept a uid a
