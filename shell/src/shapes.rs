@@ -123,7 +123,7 @@ mod tests {
 
     #[test]
     fn only_the_node_s_shape_is_kept_by_its_full_object_name() {
-        let file = |p: &str| RemoteFile { path: p.into(), size_bytes: 1, hash: FileHash::SizeOnly };
+        let file = |p: &str| RemoteFile { path: p.into(), size_bytes: 1, hash: FileHash::SizeOnly, etag: None };
         let files = vec![file("H100/rank0.engine"), file("A100-80G/rank0.engine"), file("config.json")];
         let key_of = |p: &str| format!("models/llama-trt/{p}");
         let kept = keep_shape(files.clone(), Some("H100"), key_of).unwrap();

@@ -272,9 +272,9 @@ fn sync_dir(dir: &OwnedFd, what: &str) -> Result<(), DownloadError> {
 
 /// A partial file's name: a hash of its repo path and expected content, so a hostile or deep path never
 /// becomes a name, and a file that changed between commits never resumes the other content's bytes.
-/// An object checked by size only has no content hash: its size stands in, so that an object
-/// uploaded again with another size never resumes the old one's bytes (one of the same size
-/// still would: the listing gives nothing else that every store keeps).
+/// An object checked by size only has no content hash: its size and its listed ETag stand in,
+/// so that an object uploaded again never resumes the old one's bytes, whatever its size (a
+/// checkpoint of the same shape has files of the same sizes).
 pub(super) fn partial_name(file: &RemoteFile) -> String {
     let mut hasher = Sha256::new();
     hasher.update(file.path.as_bytes());
@@ -283,6 +283,10 @@ pub(super) fn partial_name(file: &RemoteFile) -> String {
     if file.hash == crate::hf::FileHash::SizeOnly {
         hasher.update([0]);
         hasher.update(file.size_bytes.to_be_bytes());
+        if let Some(etag) = &file.etag {
+            hasher.update([0]);
+            hasher.update(etag.as_bytes());
+        }
     }
     hasher.finalize().iter().take(20).map(|b| format!("{b:02x}")).collect()
 }

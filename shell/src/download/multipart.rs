@@ -381,7 +381,7 @@ mod tests {
 
     fn remote(content: &[u8]) -> RemoteFile {
         let sha = Sha256::digest(content).iter().map(|b| format!("{b:02x}")).collect();
-        RemoteFile { path: "big.bin".into(), size_bytes: content.len() as u64, hash: FileHash::Sha256(sha) }
+        RemoteFile { path: "big.bin".into(), size_bytes: content.len() as u64, hash: FileHash::Sha256(sha), etag: None }
     }
 
     /// Parts over a preallocated file whose chunk `i` holds its bytes up to `done[i]` (a resumed record).
@@ -432,7 +432,12 @@ mod tests {
     #[test]
     fn one_stream_keeps_only_the_prefix_the_parts_record_says_is_filled() {
         let content = content();
-        let file = RemoteFile { path: "big.bin".into(), size_bytes: content.len() as u64, hash: FileHash::SizeOnly };
+        let file = RemoteFile {
+            path: "big.bin".into(),
+            size_bytes: content.len() as u64,
+            hash: FileHash::SizeOnly,
+            etag: None,
+        };
         let name = disk::partial_name(&file);
         let len = |dir: &tempfile::TempDir| std::fs::metadata(dir.path().join(&name)).unwrap().len();
         let c = CHUNK_BYTES;
@@ -454,9 +459,16 @@ mod tests {
     }
 
     #[test]
-    fn an_object_checked_by_size_only_resumes_no_partial_of_another_size() {
-        let file = |size_bytes| RemoteFile { path: "w.bin".into(), size_bytes, hash: FileHash::SizeOnly };
+    fn an_object_checked_by_size_only_resumes_no_partial_of_another_size_or_etag() {
+        let file = |size_bytes| RemoteFile { path: "w.bin".into(), size_bytes, hash: FileHash::SizeOnly, etag: None };
         assert_ne!(disk::partial_name(&file(5)), disk::partial_name(&file(7)));
+        let uploaded = |etag: &str| RemoteFile { etag: Some(etag.into()), ..file(5) };
+        assert_ne!(
+            disk::partial_name(&uploaded("\"a-2\"")),
+            disk::partial_name(&uploaded("\"b-2\"")),
+            "uploaded again"
+        );
+        assert_eq!(disk::partial_name(&uploaded("\"a-2\"")), disk::partial_name(&uploaded("\"a-2\"")));
         let hashed = |size_bytes| RemoteFile { hash: FileHash::Md5("ab".repeat(16)), ..file(size_bytes) };
         assert_eq!(disk::partial_name(&hashed(5)), disk::partial_name(&hashed(7)), "a hash names the content");
     }

@@ -25,6 +25,11 @@ pub struct RemoteFile {
     pub path: String,
     pub size_bytes: u64,
     pub hash: FileHash,
+    /// An object store's ETag for the object as listed (none on the Hub): what names the
+    /// version of an object checked by size only (`FileHash::SizeOnly`), whose partial file is
+    /// kept under it and whose reads ask for it (`If-Match`), so that the bytes of two uploads of
+    /// the same size are never taken for one.
+    pub etag: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -138,7 +143,7 @@ fn remote_file(entry: TreeEntryJson) -> Result<Option<RemoteFile>, HfError> {
         None if is_hex(&entry.oid, 40) => (entry.size, FileHash::GitBlobSha1(entry.oid.to_ascii_lowercase())),
         _ => return Err(HfError::Protocol { reason: format!("{}: the tree gives no usable hash", entry.path) }),
     };
-    Ok(Some(RemoteFile { path: entry.path, size_bytes, hash }))
+    Ok(Some(RemoteFile { path: entry.path, size_bytes, hash, etag: None }))
 }
 
 /// The URL of `rel="next"` in a `Link` header.
@@ -205,7 +210,12 @@ mod tests {
 
     #[test]
     fn duplicate_and_file_directory_clashes_are_rejected() {
-        let file = |path: &str| RemoteFile { path: path.into(), size_bytes: 1, hash: FileHash::Sha256("0".repeat(64)) };
+        let file = |path: &str| RemoteFile {
+            path: path.into(),
+            size_bytes: 1,
+            hash: FileHash::Sha256("0".repeat(64)),
+            etag: None,
+        };
         assert!(check_unique(vec![file("a/b"), file("a/c")]).is_ok());
         assert!(matches!(check_unique(vec![file("a"), file("a")]), Err(HfError::BadPath { .. })));
         let clash = check_unique(vec![file("a/b/c"), file("a/b")]);

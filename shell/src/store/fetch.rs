@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures::StreamExt;
 
 use super::{Backend, Store, StoreError};
-use crate::hf::{Meter, RemoteFile, StreamHasher, Writeback, hash_prefix};
+use crate::hf::{FileHash, Meter, RemoteFile, StreamHasher, Writeback, hash_prefix};
 
 /// Downloads `file` into `partial` (opened by the caller beneath its partial directory). On
 /// success the partial file holds the verified content, synced. Stalled and Truncated keep the
@@ -28,7 +28,7 @@ pub async fn fetch_file(
     if have < file.size_bytes {
         let key = store.key_of(&file.path);
         let what = format!("{} ({key})", file.path);
-        let (mut stream, from) = open_stream(store, &key, (have, file.size_bytes), &what).await?;
+        let (mut stream, from) = open_stream(store, (&key, file), (have, file.size_bytes), &what).await?;
         if from != have {
             // The server sent the whole object: start the file again.
             (have, hasher) = (0, StreamHasher::new(&file.hash, file.size_bytes));
@@ -72,30 +72,68 @@ pub async fn fetch_file(
 
 type ByteStream = futures::stream::BoxStream<'static, Result<hyper::body::Bytes, StoreError>>;
 
+/// The ETag a read of `file` asks for: its listed one when its size is all that checks it.
+fn version_asked(file: &RemoteFile) -> Option<&str> {
+    (file.hash == FileHash::SizeOnly).then_some(file.etag.as_deref()).flatten()
+}
+
 /// The object's bytes from `have` to `size` as one streamed request, and the offset the stream
-/// starts at (0 when a server ignored the range).
+/// starts at (0 when a server ignored the range). An object checked by size only is read as the
+/// version listed (`If-Match`, and its ETag stat'ed or, on OCI, the answer's compared): the bytes
+/// of another upload of the same size are `Changed`, not taken for the rest of the file.
 async fn open_stream(
     store: &Store,
-    key: &str,
+    (key, file): (&str, &RemoteFile),
     (have, size): (u64, u64),
     what: &str,
 ) -> Result<(ByteStream, u64), StoreError> {
+    let changed = || StoreError::Changed { path: file.path.clone() };
     match &store.backend {
         Backend::OpenDal { op, .. } => {
-            let opendal_error = |e: opendal::Error| StoreError::from_opendal(what, &e);
-            let reader = op.reader_with(key).await.map_err(opendal_error)?;
+            let opendal_error = |e: opendal::Error| match e.kind() {
+                opendal::ErrorKind::ConditionNotMatch => changed(),
+                _ => StoreError::from_opendal(what, &e),
+            };
+            // A server may ignore `If-Match` on a GET (s3s-fs does): the version is stat'ed first.
+            if let Some(etag) = version_asked(file) {
+                let meta = op.stat_with(key).if_match(etag).await.map_err(opendal_error)?;
+                if super::listing::listed_etag(meta.etag()).is_some_and(|now| now != etag) {
+                    return Err(changed());
+                }
+            }
+            let reader = match version_asked(file) {
+                Some(etag) => op.reader_with(key).if_match(etag).await,
+                None => op.reader_with(key).await,
+            };
+            let reader = reader.map_err(opendal_error)?;
             let stream = reader.into_bytes_stream(have..size).await.map_err(opendal_error)?;
-            let what = what.to_string();
-            let stream =
-                stream.map(move |r| r.map_err(|e| StoreError::Temporary { what: what.clone(), reason: e.to_string() }));
+            let (what, path) = (what.to_string(), file.path.clone());
+            let stream = stream.map(move |r| r.map_err(|e| stream_error(&e, &what, &path)));
             Ok((stream.boxed(), have))
         }
         Backend::Oci { client, bucket } => {
             let range = crate::oci::ByteRange { start: have, end: Some(size) };
             let body = client.get_object(bucket, key, Some(range)).await.map_err(StoreError::from_oci)?;
+            // An answer without an ETag cannot tell: taken as before, by size alone.
+            let answered = super::listing::listed_etag(body.head.etag.as_deref());
+            if let (Some(asked), Some(answered)) = (version_asked(file), answered)
+                && answered != asked
+            {
+                return Err(changed());
+            }
             let from = body.start;
             Ok((body.into_stream().map(|r| r.map_err(StoreError::from_oci)).boxed(), from))
         }
+    }
+}
+
+/// An error of OpenDAL's byte stream (it sends the request when first polled): a failed
+/// `If-Match` is `Changed`, anything else temporary (the partial file keeps what arrived).
+fn stream_error(e: &std::io::Error, what: &str, path: &str) -> StoreError {
+    let inner = e.get_ref().and_then(|inner| inner.downcast_ref::<opendal::Error>());
+    match inner.map(opendal::Error::kind) {
+        Some(opendal::ErrorKind::ConditionNotMatch) => StoreError::Changed { path: path.to_string() },
+        _ => StoreError::Temporary { what: what.to_string(), reason: e.to_string() },
     }
 }
 
@@ -116,7 +154,7 @@ pub async fn fetch_range(
     }
     let key = store.key_of(&file.path);
     let what = format!("{} ({key}) at byte {start}", file.path);
-    let (mut stream, from) = open_stream(store, &key, (start, end), &what).await?;
+    let (mut stream, from) = open_stream(store, (&key, file), (start, end), &what).await?;
     if from != start {
         return Ok(crate::hf::RangeAnswer::RangeIgnored);
     }

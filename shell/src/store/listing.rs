@@ -79,7 +79,8 @@ async fn list_opendal(store: &Store, op: &opendal::Operator, dir: &str) -> Resul
         let Some(path) = path_of(store, dir, key)? else { continue };
         let meta = entry.metadata();
         let hash = md5_of(meta.content_md5(), meta.etag()).map_or(FileHash::SizeOnly, FileHash::Md5);
-        files.push(RemoteFile { path: path.to_string(), size_bytes: meta.content_length(), hash });
+        let etag = listed_etag(meta.etag());
+        files.push(RemoteFile { path: path.to_string(), size_bytes: meta.content_length(), hash, etag });
         if files.len() > OBJECTS_MAX {
             return Err(too_many(store));
         }
@@ -114,7 +115,8 @@ async fn list_oci(
                 }
             }
         };
-        files.push(RemoteFile { path: path.to_string(), size_bytes: object.size_bytes, hash });
+        let etag = listed_etag(object.etag.as_deref());
+        files.push(RemoteFile { path: path.to_string(), size_bytes: object.size_bytes, hash, etag });
     }
     Ok(files)
 }
@@ -139,6 +141,10 @@ async fn with_s3_checksums(
     let mut answers = futures::stream::iter(asks).buffered(HEADS_CONCURRENCY);
     for file in files.iter_mut() {
         let facts = answers.next().await.expect("one answer per key")?;
+        // A listing without ETags (s3s-fs lists none; S3 does): the HEAD's names the version.
+        if file.etag.is_none() {
+            file.etag = listed_etag(facts.etag.as_deref());
+        }
         file.hash = match (facts.sha256_hex, &file.hash) {
             (Some(sha256), _) => FileHash::Sha256(sha256),
             _ if facts.etag_not_md5 => FileHash::SizeOnly,
@@ -147,6 +153,21 @@ async fn with_s3_checksums(
         };
     }
     Ok(())
+}
+
+/// Longer ETags are not kept (no store sends one near this): the object is then read as before,
+/// by size alone.
+const ETAG_BYTES_MAX: usize = 1024;
+
+/// An ETag as a listing gave it, in its quoted form (`"…"`, as `If-Match` takes it): S3 and
+/// OpenDAL's Azure lister quote it, OCI does not.
+pub(super) fn listed_etag(etag: Option<&str>) -> Option<String> {
+    let etag = etag?.trim();
+    if etag.is_empty() || etag.len() > ETAG_BYTES_MAX || etag.bytes().any(|b| b.is_ascii_control()) {
+        return None;
+    }
+    let quoted = etag.starts_with('"') || etag.starts_with("W/\"");
+    Some(if quoted { etag.to_string() } else { format!("\"{etag}\"") })
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -100,6 +100,10 @@ pub enum StoreError {
     Integrity { path: String, expected: String, got: String },
     /// Nothing under the prefix.
     Empty { label: String },
+    /// An object checked by size only is no longer the version listed (another ETag: uploaded
+    /// again since). The download ends; its next attempt lists again and keeps the new
+    /// version's bytes apart (`RemoteFile::etag`).
+    Changed { path: String },
     /// A configuration, listing or local problem a retry will not fix soon.
     Other { reason: String },
 }
@@ -155,6 +159,7 @@ impl StoreError {
             ErrorKind::Unexpected if signing => StoreError::Denied { what, reason },
             ErrorKind::NotFound => StoreError::NotFound { what },
             ErrorKind::RateLimited => StoreError::RateLimited { what, retry_after_ms: None },
+            ErrorKind::ConditionNotMatch => StoreError::Changed { path: what },
             _ if e.is_temporary() => StoreError::Temporary { what, reason },
             ErrorKind::Unexpected => StoreError::Temporary { what, reason },
             _ => StoreError::Other { reason: format!("{what}: {reason}") },
@@ -183,6 +188,9 @@ impl fmt::Display for StoreError {
                 write!(f, "{path}: downloaded data does not match the store's listing: expected {expected}, got {got}")
             }
             StoreError::Empty { label } => write!(f, "no objects under {label}"),
+            StoreError::Changed { path } => {
+                write!(f, "{path}: the object was uploaded again since it was listed; listed again at the next attempt")
+            }
             StoreError::Other { reason } => write!(f, "{reason}"),
         }
     }

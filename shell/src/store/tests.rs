@@ -184,3 +184,65 @@ async fn a_store_listing_with_an_impossible_size_is_refused() {
     let e = listed.unwrap_err().to_string();
     assert!(e.contains("huge.bin is listed at 18446744073709551615 bytes"), "{e}");
 }
+
+#[test]
+fn a_listed_etag_is_kept_quoted_and_bounded() {
+    use super::listing::listed_etag;
+    assert_eq!(listed_etag(Some("\"ab-3\"")).as_deref(), Some("\"ab-3\""), "S3 quotes it");
+    assert_eq!(listed_etag(Some("4a0c-uuid")).as_deref(), Some("\"4a0c-uuid\""), "OCI does not");
+    assert_eq!(listed_etag(Some("W/\"x\"")).as_deref(), Some("W/\"x\""));
+    for refused in ["", "  ", "a\r\nb"] {
+        assert_eq!(listed_etag(Some(refused)), None, "{refused:?}");
+    }
+    assert_eq!(listed_etag(Some(&"e".repeat(2000))), None, "past the bound: read by size alone");
+}
+
+#[test]
+fn a_failed_if_match_is_changed_and_ends_the_download_attempt() {
+    let failed = opendal::Error::new(opendal::ErrorKind::ConditionNotMatch, "412 Precondition Failed");
+    let changed = StoreError::from_opendal("weights.bin", &failed);
+    assert!(matches!(changed, StoreError::Changed { .. }), "{changed:?}");
+    assert!(!changed.retry_now() && !changed.unreachable() && !changed.retry_slowly());
+    assert!(changed.to_string().contains("uploaded again"), "{changed}");
+}
+
+/// An OCI object checked by size only (uploaded in parts without `opc-meta-md5`): the listing
+/// keeps its ETag, and a read answered with another one (the object uploaded again since) is
+/// `Changed`, its bytes never written. The fake Object Storage is checked against OCI's SDK.
+#[tokio::test]
+async fn an_oci_object_checked_by_size_only_read_as_another_version_is_changed() {
+    use model_agent_fakeoci::{BucketFixture, FakeOci, Fixtures, ObjectFixture, test_keys};
+    let object = ObjectFixture::generated("m/w.bin", 200_000, 3).multipart(2);
+    let oci = FakeOci::start(Fixtures::new().bucket(BucketFixture::new("models").object(object))).unwrap();
+    let auth = crate::oci::OciAuth::UserPrincipal(crate::oci::UserPrincipal {
+        tenancy: test_keys::TENANCY.into(),
+        user: test_keys::USER.into(),
+        fingerprint: test_keys::FINGERPRINT.into(),
+        private_key_pem: test_keys::PRIVATE_KEY_PEM.into(),
+        passphrase: None,
+    });
+    let config = crate::oci::OciConfig {
+        endpoint: Some(oci.endpoint().into()),
+        region: None,
+        namespace: oci.namespace().into(),
+        auth,
+    };
+    let timeouts = crate::oci::Timeouts { connect_ms: 2_000, stall_ms: 2_000 };
+    let client = crate::oci::OciClient::new(&config, timeouts, &crate::hf::Network::default()).unwrap();
+    let backend = super::Backend::Oci { client: Box::new(client), bucket: "models".into() };
+    let label = "oci://models/m".to_string();
+    let store = super::Store { backend, prefix: "m".into(), label, shape_filter: None, checks: super::Checks::None };
+    let files = super::listing::list(&store).await.unwrap();
+    assert!(files[0].hash == crate::hf::FileHash::SizeOnly && files[0].etag.is_some(), "{files:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let meter = crate::hf::Meter::default();
+    let partial = |name: &str| {
+        std::fs::File::options().create(true).truncate(false).read(true).write(true).open(dir.path().join(name))
+    };
+    let listed = super::fetch::fetch_file(&store, &files[0], partial("a").unwrap(), 5_000, &meter).await;
+    assert!(listed.is_ok(), "{listed:?}");
+    let other = crate::hf::RemoteFile { etag: Some("\"uploaded-again\"".into()), ..files[0].clone() };
+    let changed = super::fetch::fetch_file(&store, &other, partial("b").unwrap(), 5_000, &meter).await;
+    assert!(matches!(changed, Err(StoreError::Changed { .. })), "{changed:?}");
+    assert_eq!(std::fs::metadata(dir.path().join("b")).unwrap().len(), 0, "no byte of another version kept");
+}
