@@ -47,10 +47,11 @@ impl State {
             uids.dedup();
         }
         shared::refresh_marked(&mut self.dirs, &shown, requested_seq, &snap.unread);
-        let unknown = self.unknown_marked(&shown, &claimed);
+        let (unknown, unused) = self.unknown_marked(&shown, &claimed);
         shared::set_unknown(&mut self.dirs, &unknown);
         let known = |u: &Uid| claimed.uids.contains(u);
-        shared::rest_shown((&self.dirs, &mut self.dirs_rested), &shown, (requested_seq, &snap.unread), known);
+        let seen = (&shown, &unused[..]);
+        shared::rest_shown(&mut self.dirs_rested, seen, (requested_seq, &snap.unread), known);
         for name in &snap.trash {
             if !self.trash.contains_key(name) {
                 let purge_at = st.now.plus_ms(self.config.trash_grace_ms);
@@ -62,23 +63,28 @@ impl State {
     }
 
     /// The uids each used directory's marker names (`shown`, sorted) that no record knows, by
-    /// path (nearly always none). A shared copy's path names its source: its marker's uids are
-    /// left out.
+    /// path, and the unused directories whose marker names such a uid (nearly always none of
+    /// either). A shared copy's path names its source: its marker's uids are left out.
     fn unknown_marked<'s>(
         &self,
         shown: &FxHashMap<&'s str, Vec<Uid>>,
         claimed: &Claimed,
-    ) -> FxHashMap<&'s str, Vec<Uid>> {
-        let mut unknown: FxHashMap<&str, Vec<Uid>> = FxHashMap::default();
+    ) -> (FxHashMap<&'s str, Vec<Uid>>, Vec<&'s str>) {
+        let (mut unknown, mut unused): (FxHashMap<&str, Vec<Uid>>, Vec<&str>) = Default::default();
         for (path, uids) in shown.iter().filter(|(path, _)| shared::copy_parts(path).is_none()) {
-            let Some(using) = self.dirs.get(*path) else { continue };
+            let Some(using) = self.dirs.get(*path) else {
+                if uids.iter().any(|u| !claimed.uids.contains(u)) {
+                    unused.push(*path);
+                }
+                continue;
+            };
             let undecided = |u: &&Uid| using.gone.binary_search(u).is_err() && !claimed.uids.contains(*u);
             let strangers: Vec<Uid> = uids.iter().filter(undecided).cloned().collect();
             if !strangers.is_empty() {
                 unknown.insert(*path, strangers);
             }
         }
-        unknown
+        (unknown, unused)
     }
 
     /// Every incarnation the snapshot is not stale for takes what it shows: published or

@@ -613,14 +613,14 @@ pub(super) fn refresh_marked(
 }
 
 /// What a snapshot asked for at step `requested_seq` shows of the directories no model uses
-/// (`shown`, as for `refresh_marked`): those whose marker names a uid `known` does not (nor
-/// one remembered gone there) are kept at rest with that record, so that a model coming to use
-/// one before the next snapshot does not take those files for its own (a download into a
-/// directory that came into use after the last snapshot had no record of its marker). The rest
-/// are forgotten: nearly always every one.
+/// (`shown`, as for `refresh_marked`; `unused`, those of them whose marker names a uid `known`
+/// does not): each whose marker names such a uid (not one remembered gone there) is kept at
+/// rest with that record, so that a model coming to use one before the next snapshot does not
+/// take those files for its own (a download into a directory that came into use after the
+/// last snapshot had no record of its marker). The rest are forgotten: nearly always every one.
 pub(super) fn rest_shown(
-    (dirs, rested): (&Dirs, &mut Dirs),
-    shown: &FxHashMap<&str, Vec<Uid>>,
+    rested: &mut Dirs,
+    (shown, unused): (&FxHashMap<&str, Vec<Uid>>, &[&str]),
     (requested_seq, unread): (u64, &[String]),
     known: impl Fn(&Uid) -> bool,
 ) {
@@ -641,18 +641,15 @@ pub(super) fn rest_shown(
             using.unknown = unknown;
         }
     }
-    let unused = |path: &&str| copy_parts(path).is_none() && !dirs.contains_key(*path) && !rested.contains_key(*path);
-    let fresh: Vec<(Arc<str>, DirUse)> = shown
-        .iter()
-        .filter(|(path, _)| unused(path))
-        .filter_map(|(path, uids)| {
-            let using = DirUse { marked: uids.clone(), ..DirUse::default() };
-            let unknown = strangers(&using);
-            (!unknown.is_empty()).then(|| (Arc::from(*path), DirUse { unknown, ..using }))
-        })
-        .collect();
-    for (dir, using) in fresh {
-        rested.insert(dir, Arc::new(using));
+    for path in unused {
+        if rested.contains_key(*path) {
+            continue;
+        }
+        let using = DirUse { marked: shown.get(path).cloned().unwrap_or_default(), ..DirUse::default() };
+        let unknown = strangers(&using);
+        if !unknown.is_empty() {
+            rested.insert(Arc::from(*path), Arc::new(DirUse { unknown, ..using }));
+        }
     }
 }
 
@@ -750,12 +747,12 @@ mod tests {
         let shown: FxHashMap<&str, Vec<Uid>> =
             [("d", uids(&["m1", "x1"])), ("e", uids(&["m2"])), ("f", uids(&["x3"]))].into_iter().collect();
         let known = |u: &Uid| u.as_str().starts_with('m');
-        rest_shown((&dirs, &mut rested), &shown, (1, &[]), known);
+        rest_shown(&mut rested, (&shown, &["d", "f"]), (1, &[]), known);
         let mut at_rest: Vec<(&str, Vec<Uid>)> = rested.iter().map(|(d, u)| (&**d, u.unknown.clone())).collect();
         at_rest.sort();
         assert_eq!(at_rest, vec![("d", uids(&["x1"])), ("f", uids(&["x3"]))]);
         let shown: FxHashMap<&str, Vec<Uid>> = [("d", uids(&["m1", "x1"]))].into_iter().collect();
-        rest_shown((&dirs, &mut rested), &shown, (2, &[]), |_: &Uid| true);
+        rest_shown(&mut rested, (&shown, &[]), (2, &[]), |_: &Uid| true);
         assert!(rested.is_empty(), "x1 known, f's marker gone: {rested:?}");
     }
 
