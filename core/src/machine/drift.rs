@@ -47,11 +47,17 @@ impl State {
             uids.dedup();
         }
         shared::refresh_marked(&mut self.dirs, &shown, requested_seq, &snap.unread);
-        let (unknown, unused) = self.unknown_marked(&shown, &claimed);
+        let (mut unknown, unused) = self.unknown_marked(&shown, &claimed);
         shared::set_unknown(&mut self.dirs, &unknown);
         let known = |u: &Uid| claimed.uids.contains(u);
         let seen = (&shown, &unused[..]);
         shared::rest_shown(&mut self.dirs_rested, seen, (requested_seq, &snap.unread), known);
+        // The orphan check's LISTs tell which of a rested record's unknown uids are alive (the
+        // directory then counts as shared once a model comes to use it) and which gone (a
+        // review: a record at rest never learnt it, and a delete trashed a live uid's files).
+        for (path, _) in shown.iter().filter(|(path, _)| self.dirs_rested.contains_key(**path)) {
+            unknown.insert(*path, self.dirs_rested[*path].unknown.clone());
+        }
         for name in &snap.trash {
             if !self.trash.contains_key(name) {
                 let purge_at = st.now.plus_ms(self.config.trash_grace_ms);
@@ -358,10 +364,15 @@ impl State {
             let (seen, gone): (Vec<Uid>, Vec<Uid>) =
                 marked.iter().filter(|u| !known.contains(u)).cloned().partition(|u| alive.contains(u));
             shared::seen_alive(&mut self.dirs, path, &seen);
+            shared::seen_alive(&mut self.dirs_rested, path, &seen);
             if gone.is_empty() && seen.is_empty() {
                 continue;
             }
             shared::forget_gone(&mut self.dirs, path, &gone);
+            shared::forget_gone(&mut self.dirs_rested, path, &gone);
+            if self.dirs_rested.get(path.as_str()).is_some_and(|using| using.unknown.is_empty()) {
+                self.dirs_rested.remove(path.as_str());
+            }
             if let Some(using) = self.dirs.get(path.as_str()) {
                 st.dirty.extend(using.members.iter().map(|m| m.key.clone()));
             }

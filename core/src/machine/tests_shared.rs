@@ -1995,3 +1995,36 @@ fn an_unknown_uid_that_becomes_known_and_is_deleted_keeps_the_dir_invariants() {
     run_refusing(&mut h, e, &mut seen, std::slice::from_ref(&a), "a1");
     assert_eq!(h.s.invariants(), Ok(()));
 }
+
+/// A review (of the rested records): as `a_co_owner_s_delete_never_trashes_a_directory_whose_marker_names_a_live_unknown_uid`,
+/// but `a` comes after the snapshot and the orphan check (its watch event lags): `shared`'s
+/// record was at rest then (`State::dirs_rested`), and the check's LISTs showing `u1` alive were
+/// never recorded in it (`forget_unknown_gone` reads `State::dirs` only). `a` joins, downloads
+/// (same source as `u1`'s files) and is deleted before the next drift pass: its cleanup must not
+/// trash the directory while the marker names `u1`, alive.
+#[test]
+fn a_delete_after_joining_a_rested_directory_never_trashes_a_live_unknown_uid_s_weights() {
+    let mut h = H::new();
+    let at = Some("/mnt/models/shared");
+    let a = obj(&ModelKey::cluster("a"), "a1", "hf://org/repo", at);
+    let u = obj(&ModelKey::namespaced("team", "u"), "u1", "hf://org/repo", at);
+    let mut seen = marked_at_shared(&["a1", "u1"], false);
+    // No model known at first; the LISTs show both alive.
+    let e = h.start(true, vec![]);
+    let listed = [a.clone(), u.clone()];
+    run(&mut h, e, &mut seen, &[], &listed);
+    drift_passes(&mut h, &mut seen, &listed);
+    assert!(seen.trashed.is_empty(), "{:?}", seen.trashed);
+    let rested = h.s.dirs_rested.get("shared").cloned();
+    // `a`'s watch event comes now.
+    let e = h.apply(a.clone());
+    run(&mut h, e, &mut seen, &[], &listed);
+    let using = h.s.dirs.get("shared").cloned();
+    let e = delete(&mut h, &a);
+    run(&mut h, e, &mut seen, &[], std::slice::from_ref(&u));
+    assert!(
+        seen.trashed.is_empty(),
+        "live u1's weights trashed by a's delete: {:?}\n rested: {rested:?}\n in use: {using:?}",
+        seen.trashed
+    );
+}
