@@ -539,7 +539,7 @@ fn list_raw_names(dir: &OwnedFd, names_max: usize) -> Result<Vec<OsString>, Stri
 
 /// Up to `names_max` entry names of an open directory (not `.` or `..`), read through a
 /// duplicate of its fd.
-fn list_names(dir: &OwnedFd, names_max: usize) -> Result<Vec<String>, String> {
+pub(crate) fn list_names(dir: &OwnedFd, names_max: usize) -> Result<Vec<String>, String> {
     Ok(list_entries(dir, names_max)?.into_iter().map(|(name, _)| name).collect())
 }
 

@@ -291,6 +291,58 @@ pub(super) fn partial_name(file: &RemoteFile) -> String {
     hasher.finalize().iter().take(20).map(|b| format!("{b:02x}")).collect()
 }
 
+/// Entries of the partial directory considered when it is tidied (it holds one or two per file
+/// still to fetch and one per file placed: past this, the rest stay until the download ends).
+const PARTIAL_NAMES_MAX: usize = 100_000;
+
+/// The record, in the partial directory, that this download placed `file` as listed now: for an
+/// object checked by size only, the version it was (its ETag is in the name).
+fn placed_name(file: &RemoteFile) -> String {
+    format!("{}.placed", partial_name(file))
+}
+
+/// Records that `file` was placed by this download (only for an object checked by size only
+/// whose ETag is known: nothing else needs it). A record that cannot be written costs a fetch
+/// again at the next attempt, never a wrong file.
+pub(super) fn record_placed(partial_dir: &OwnedFd, file: &RemoteFile) {
+    if file.hash == crate::hf::FileHash::SizeOnly && file.etag.is_some() {
+        let _ = write_synced_at(partial_dir, &placed_name(file), b"", PARTIAL_DIR);
+    }
+}
+
+/// May a file of `file`'s size found on disk, with no manifest to vouch for it, be kept as
+/// `file`? An object checked by size only while a download is under way (its partial
+/// directory there) only if that download placed it as the version listed now: a file an
+/// earlier attempt placed from another upload of the same size is not (a review: the model
+/// was left with files of two uploads). With no download under way, it is adopted by size,
+/// as before.
+pub(super) fn size_only_placed_as_listed(partial_dir: Option<&OwnedFd>, file: &RemoteFile) -> bool {
+    match (partial_dir, &file.etag) {
+        (Some(dir), Some(_)) if file.hash == crate::hf::FileHash::SizeOnly => exists_at(dir, &placed_name(file)),
+        _ => true,
+    }
+}
+
+impl Dest {
+    /// Removes from the partial directory whatever is for no file of `keep` (still to fetch, or
+    /// placed): a partial of a version listed no more (another commit, an object uploaded again)
+    /// would stay beside the new one's, counted against the space, until the download ends (a
+    /// review: each upload during an unfinished download left one more, and the space check
+    /// failed for good).
+    pub fn remove_stale_partials(&self, todo: &[RemoteFile], placed: &[&RemoteFile]) {
+        let Some(dir) = self.existing_partial_dir() else { return };
+        let mut keep: std::collections::HashSet<String> = placed.iter().map(|f| placed_name(f)).collect();
+        for name in todo.iter().map(partial_name) {
+            keep.insert(format!("{name}.parts"));
+            keep.insert(name);
+        }
+        let Ok(names) = fsops::list_names(&dir, PARTIAL_NAMES_MAX) else { return };
+        for name in names.iter().filter(|name| !keep.contains(*name)) {
+            remove_partial(&dir, name);
+        }
+    }
+}
+
 /// Opens (or creates) a file in the partial directory for reading and writing, never through a symlink.
 pub(super) fn open_partial(partial_dir: &OwnedFd, name: &str) -> Result<File, DownloadError> {
     let flags = OFlag::O_RDWR | OFlag::O_CREAT;

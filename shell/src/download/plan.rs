@@ -297,8 +297,10 @@ async fn prepare(
 ) -> Result<Vec<(RemoteFile, Arc<FileSlot>)>, DownloadError> {
     let checks = files_in_place(dest, files, trusted, opts, tally, cancel.clone());
     let in_place = until_cancelled(cancel, checks).await??;
+    let placed: Vec<&RemoteFile> = files.iter().zip(&in_place).filter(|(_, kept)| **kept).map(|(f, _)| f).collect();
     let mut todo: Vec<RemoteFile> =
         files.iter().zip(in_place).filter(|(_, kept)| !kept).map(|(file, _)| file.clone()).collect();
+    dest.remove_stale_partials(&todo, &placed);
     check_space(dest, &todo)?;
     {
         let _lock = crate::fsops::marker_lock();
@@ -339,6 +341,7 @@ async fn files_in_place(
         trusted.iter().flat_map(|m| m.files.iter()).map(|f| (f.path.as_str(), f.size)).collect();
     let mut in_place = vec![false; files.len()];
     let mut hashing = JoinSet::new();
+    let partial_dir = dest.existing_partial_dir();
     for (index, file) in files.iter().enumerate() {
         let Some(on_disk) = dest.open_existing(&file.path) else { continue };
         if on_disk.metadata().map(|m| m.len()).ok() != Some(file.size_bytes) {
@@ -347,6 +350,9 @@ async fn files_in_place(
         if trusted_sizes.get(file.path.as_str()) == Some(&file.size_bytes) {
             in_place[index] = true;
             tally.keep(file);
+            continue;
+        }
+        if !disk::size_only_placed_as_listed(partial_dir.as_ref(), file) {
             continue;
         }
         while hashing.len() >= opts.files_concurrency.max(1) {

@@ -643,3 +643,141 @@ fn the_download_future_can_be_spawned() {
     let work = download(job(&root, "main"), opts, report, watch::channel(false).1);
     spawnable(&work);
 }
+
+/// A review (of the size-only versions): an object checked by size only (OCI, uploaded in parts) is cut half-way;
+/// it is uploaded again (same size, another ETag) before the next attempt. That attempt keeps
+/// the new version apart under another partial name, as it should, but the old version's
+/// partial stays beside it for as long as the download does not finish: every re-upload during
+/// an unfinished download leaves one more (a multipart partial is preallocated to the object's
+/// full size), and on a root with room for one copy the space check then fails for good.
+#[tokio::test]
+async fn the_partial_of_an_object_uploaded_again_is_not_kept_beside_the_new_version() {
+    use model_agent_fakeoci::{BucketFixture, FakeOci, Fixtures, ObjectFixture, test_keys};
+    const SIZE: u64 = 200_000;
+    let server = |seed| {
+        let object = ObjectFixture::generated("m/w.bin", SIZE, seed).multipart(2);
+        let oci = FakeOci::start(Fixtures::new().bucket(BucketFixture::new("models").object(object))).unwrap();
+        let cut = model_agent_fakeoci::Fault::Truncate {
+            bucket: "models".into(),
+            object: "m/w.bin".into(),
+            after_bytes: SIZE / 2,
+            count: 100,
+        };
+        oci.faults().add(cut);
+        oci
+    };
+    let net = crate::store::Net::new(&Default::default(), 2_000, 2_000).unwrap();
+    let job_on = |oci: &FakeOci, root: &Root| {
+        let uri = model_agent_core::storage_uri::StorageUri::Oci {
+            namespace: oci.namespace().into(),
+            bucket: "models".into(),
+            prefix: "m".into(),
+        };
+        let secret = [
+            ("tenancy", test_keys::TENANCY),
+            ("user", test_keys::USER),
+            ("fingerprint", test_keys::FINGERPRINT),
+            ("privateKey", test_keys::PRIVATE_KEY_PEM),
+        ];
+        let auth = crate::store::StoreAuth {
+            parameters: [("auth", "UserPrincipal"), ("endpoint", oci.endpoint())]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            secret: secret.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            secret_name: None,
+            model_format: None,
+            metadata_type: None,
+        };
+        let store = crate::store::open(&uri, &auth, &net).unwrap();
+        Job { repo_id: store.label.clone(), store: Some(std::sync::Arc::new(store)), ..job(root, "main") }
+    };
+    let root = Root::new("uploaded-again");
+    let hub = hub();
+    let opts = Options { request_attempts_max: 1, ..opts(&hub) };
+    let first = server(3);
+    let ended = run(job_on(&first, &root), &opts).await.0;
+    assert!(ended.result.is_err(), "cut: {:?}", ended.result.as_ref().map(|_| ()));
+    let partials = || std::fs::read_dir(root.dest().join(PARTIAL_DIR)).unwrap().count();
+    assert_eq!(partials(), 1, "the first version's partial");
+    // Uploaded again: same name, same size, other bytes and ETag.
+    drop(first);
+    let second = server(4);
+    let ended = run(job_on(&second, &root), &opts).await.0;
+    assert!(ended.result.is_err(), "cut again: {:?}", ended.result.as_ref().map(|_| ()));
+    assert_eq!(
+        (partials(), partial_bytes(&root.dest())),
+        (1, SIZE / 2),
+        "the first version's partial is kept beside the second's, and counts against the space check"
+    );
+}
+
+/// A review (of the size-only versions): the same re-upload, but the model has two objects checked by size only
+/// (a checkpoint of one shape: same sizes). The first attempt places the small one and is cut
+/// in the big one; both are uploaded again; the next attempt keeps the placed file of the first
+/// upload (its size matches: `files_in_place`), fetches the big one of the second, and writes a
+/// manifest for a model made of two uploads (the listing digest, its "commit", has no ETag).
+#[tokio::test]
+async fn a_file_placed_from_an_earlier_upload_is_not_kept_in_a_model_of_the_new_one() {
+    use model_agent_fakeoci::{BucketFixture, FakeOci, Fixtures, ObjectFixture, test_keys};
+    const SIZE: u64 = 200_000;
+    let server = |seed: u64, cut: bool| {
+        let big = ObjectFixture::generated("m/w.bin", SIZE, seed).multipart(2);
+        let small = ObjectFixture::generated("m/a.bin", 1_000, seed + 10).multipart(2);
+        let bucket = BucketFixture::new("models").object(big).object(small);
+        let oci = FakeOci::start(Fixtures::new().bucket(bucket)).unwrap();
+        if cut {
+            oci.faults().add(model_agent_fakeoci::Fault::Truncate {
+                bucket: "models".into(),
+                object: "m/w.bin".into(),
+                after_bytes: SIZE / 2,
+                count: 100,
+            });
+        }
+        oci
+    };
+    let net = crate::store::Net::new(&Default::default(), 2_000, 2_000).unwrap();
+    let job_on = |oci: &FakeOci, root: &Root| {
+        let uri = model_agent_core::storage_uri::StorageUri::Oci {
+            namespace: oci.namespace().into(),
+            bucket: "models".into(),
+            prefix: "m".into(),
+        };
+        let secret = [
+            ("tenancy", test_keys::TENANCY),
+            ("user", test_keys::USER),
+            ("fingerprint", test_keys::FINGERPRINT),
+            ("privateKey", test_keys::PRIVATE_KEY_PEM),
+        ];
+        let auth = crate::store::StoreAuth {
+            parameters: [("auth", "UserPrincipal"), ("endpoint", oci.endpoint())]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            secret: secret.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            secret_name: None,
+            model_format: None,
+            metadata_type: None,
+        };
+        let store = crate::store::open(&uri, &auth, &net).unwrap();
+        Job { repo_id: store.label.clone(), store: Some(std::sync::Arc::new(store)), ..job(root, "main") }
+    };
+    let root = Root::new("two-uploads");
+    let hub = hub();
+    let opts = Options { request_attempts_max: 1, ..opts(&hub) };
+    let first = server(3, true);
+    let ended = run(job_on(&first, &root), &opts).await.0;
+    assert!(ended.result.is_err(), "cut: {:?}", ended.result.as_ref().map(|_| ()));
+    let placed = std::fs::read(root.dest().join("a.bin")).expect("a.bin placed by the first attempt");
+    assert_eq!(placed, model_agent_fakeoci::pattern_bytes(13, 0, 1_000), "the first upload's a.bin");
+    drop(first);
+    let second = server(4, false);
+    finished(run(job_on(&second, &root), &opts).await.0);
+    let w = std::fs::read(root.dest().join("w.bin")).unwrap();
+    assert_eq!(w, model_agent_fakeoci::pattern_bytes(4, 0, SIZE as usize), "the second upload's w.bin");
+    let a = std::fs::read(root.dest().join("a.bin")).unwrap();
+    assert!(
+        a == model_agent_fakeoci::pattern_bytes(14, 0, 1_000),
+        "a.bin is still the first upload's beside the second upload's w.bin: a model of two uploads"
+    );
+}

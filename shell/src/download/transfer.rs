@@ -111,6 +111,7 @@ async fn fetch_one(
         fetch_single(&ctx, &file, &name, &slot, &mut stop).await?;
     }
     ctx.dest.place(&ctx.partial_dir, &name, &file.path)?;
+    disk::record_placed(&ctx.partial_dir, &file);
     slot.placed.store(true, Ordering::Relaxed);
     Ok(())
 }

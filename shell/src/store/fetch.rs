@@ -97,7 +97,7 @@ async fn open_stream(
             // A server may ignore `If-Match` on a GET (s3s-fs does): the version is stat'ed first.
             if let Some(etag) = version_asked(file) {
                 let meta = op.stat_with(key).if_match(etag).await.map_err(opendal_error)?;
-                if super::listing::listed_etag(meta.etag()).is_some_and(|now| now != etag) {
+                if !super::listing::answer_is_version(etag, meta.etag()) {
                     return Err(changed());
                 }
             }
@@ -114,10 +114,8 @@ async fn open_stream(
         Backend::Oci { client, bucket } => {
             let range = crate::oci::ByteRange { start: have, end: Some(size) };
             let body = client.get_object(bucket, key, Some(range)).await.map_err(StoreError::from_oci)?;
-            // An answer without an ETag cannot tell: taken as before, by size alone.
-            let answered = super::listing::listed_etag(body.head.etag.as_deref());
-            if let (Some(asked), Some(answered)) = (version_asked(file), answered)
-                && answered != asked
+            if let Some(asked) = version_asked(file)
+                && !super::listing::answer_is_version(asked, body.head.etag.as_deref())
             {
                 return Err(changed());
             }

@@ -160,14 +160,24 @@ async fn with_s3_checksums(
 const ETAG_BYTES_MAX: usize = 1024;
 
 /// An ETag as a listing gave it, in its quoted form (`"…"`, as `If-Match` takes it): S3 and
-/// OpenDAL's Azure lister quote it, OCI does not.
+/// OpenDAL's Azure lister quote it, OCI does not. A weak one (`W/"…"`) is not kept: `If-Match`
+/// compares strongly, so a server would refuse it every time.
 pub(super) fn listed_etag(etag: Option<&str>) -> Option<String> {
     let etag = etag?.trim();
     if etag.is_empty() || etag.len() > ETAG_BYTES_MAX || etag.bytes().any(|b| b.is_ascii_control()) {
         return None;
     }
-    let quoted = etag.starts_with('"') || etag.starts_with("W/\"");
-    Some(if quoted { etag.to_string() } else { format!("\"{etag}\"") })
+    if etag.starts_with("W/") {
+        return None;
+    }
+    Some(if etag.starts_with('"') { etag.to_string() } else { format!("\"{etag}\"") })
+}
+
+/// Does an answer's ETag name the version `asked` (a listed ETag)? One without an ETag cannot
+/// tell and is taken; a weak one (a proxy may weaken it) is compared by its value.
+pub(super) fn answer_is_version(asked: &str, answered: Option<&str>) -> bool {
+    let Some(answered) = answered.map(str::trim) else { return true };
+    listed_etag(Some(answered.strip_prefix("W/").unwrap_or(answered))).is_none_or(|answered| answered == asked)
 }
 
 fn hex(bytes: &[u8]) -> String {

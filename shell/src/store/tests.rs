@@ -190,7 +190,12 @@ fn a_listed_etag_is_kept_quoted_and_bounded() {
     use super::listing::listed_etag;
     assert_eq!(listed_etag(Some("\"ab-3\"")).as_deref(), Some("\"ab-3\""), "S3 quotes it");
     assert_eq!(listed_etag(Some("4a0c-uuid")).as_deref(), Some("\"4a0c-uuid\""), "OCI does not");
-    assert_eq!(listed_etag(Some("W/\"x\"")).as_deref(), Some("W/\"x\""));
+    assert_eq!(listed_etag(Some("W/\"x\"")), None, "If-Match compares strongly: a weak tag would fail every time");
+    use super::listing::answer_is_version;
+    assert!(answer_is_version("\"ab-3\"", Some("\"ab-3\"")) && answer_is_version("\"u\"", Some("u")));
+    assert!(answer_is_version("\"ab-3\"", Some("W/\"ab-3\"")), "weakened by a proxy");
+    assert!(answer_is_version("\"ab-3\"", None), "no ETag: cannot tell");
+    assert!(!answer_is_version("\"ab-3\"", Some("\"cd-3\"")));
     for refused in ["", "  ", "a\r\nb"] {
         assert_eq!(listed_etag(Some(refused)), None, "{refused:?}");
     }
