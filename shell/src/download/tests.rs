@@ -644,140 +644,102 @@ fn the_download_future_can_be_spawned() {
     spawnable(&work);
 }
 
-/// A review (of the size-only versions): an object checked by size only (OCI, uploaded in parts) is cut half-way;
-/// it is uploaded again (same size, another ETag) before the next attempt. That attempt keeps
-/// the new version apart under another partial name, as it should, but the old version's
-/// partial stays beside it for as long as the download does not finish: every re-upload during
-/// an unfinished download leaves one more (a multipart partial is preallocated to the object's
-/// full size), and on a root with room for one copy the space check then fails for good.
-#[tokio::test]
-async fn the_partial_of_an_object_uploaded_again_is_not_kept_beside_the_new_version() {
-    use model_agent_fakeoci::{BucketFixture, FakeOci, Fixtures, ObjectFixture, test_keys};
-    const SIZE: u64 = 200_000;
-    let server = |seed| {
-        let object = ObjectFixture::generated("m/w.bin", SIZE, seed).multipart(2);
-        let oci = FakeOci::start(Fixtures::new().bucket(BucketFixture::new("models").object(object))).unwrap();
-        let cut = model_agent_fakeoci::Fault::Truncate {
-            bucket: "models".into(),
-            object: "m/w.bin".into(),
-            after_bytes: SIZE / 2,
-            count: 100,
-        };
-        oci.faults().add(cut);
-        oci
-    };
+const UPLOADED_BYTES: u64 = 200_000;
+
+/// The fake OCI store with `m/w.bin` (`UPLOADED_BYTES`) and, with `small`, `m/a.bin` (1,000
+/// bytes), both uploaded in parts (checked by size only) from `seed`; with `cut`, every read of
+/// `w.bin` ends half-way.
+fn uploaded_in_parts(seed: u64, small: bool, cut: bool) -> model_agent_fakeoci::FakeOci {
+    use model_agent_fakeoci::{BucketFixture, FakeOci, Fault, Fixtures, ObjectFixture};
+    let mut bucket =
+        BucketFixture::new("models").object(ObjectFixture::generated("m/w.bin", UPLOADED_BYTES, seed).multipart(2));
+    if small {
+        bucket = bucket.object(ObjectFixture::generated("m/a.bin", 1_000, seed + 10).multipart(2));
+    }
+    let oci = FakeOci::start(Fixtures::new().bucket(bucket)).unwrap();
+    if cut {
+        let (bucket, object) = ("models".into(), "m/w.bin".into());
+        oci.faults().add(Fault::Truncate { bucket, object, after_bytes: UPLOADED_BYTES / 2, count: 100 });
+    }
+    oci
+}
+
+/// A job downloading `oci://…/models/o/m` from `oci` into `root`.
+fn oci_job(oci: &model_agent_fakeoci::FakeOci, root: &Root) -> Job {
+    use model_agent_fakeoci::test_keys;
     let net = crate::store::Net::new(&Default::default(), 2_000, 2_000).unwrap();
-    let job_on = |oci: &FakeOci, root: &Root| {
-        let uri = model_agent_core::storage_uri::StorageUri::Oci {
-            namespace: oci.namespace().into(),
-            bucket: "models".into(),
-            prefix: "m".into(),
-        };
-        let secret = [
+    let namespace = oci.namespace().into();
+    let uri = model_agent_core::storage_uri::StorageUri::Oci { namespace, bucket: "models".into(), prefix: "m".into() };
+    let strings = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let auth = crate::store::StoreAuth {
+        parameters: strings(&[("auth", "UserPrincipal"), ("endpoint", oci.endpoint())]),
+        secret: strings(&[
             ("tenancy", test_keys::TENANCY),
             ("user", test_keys::USER),
             ("fingerprint", test_keys::FINGERPRINT),
             ("privateKey", test_keys::PRIVATE_KEY_PEM),
-        ];
-        let auth = crate::store::StoreAuth {
-            parameters: [("auth", "UserPrincipal"), ("endpoint", oci.endpoint())]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            secret: secret.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            secret_name: None,
-            model_format: None,
-            metadata_type: None,
-        };
-        let store = crate::store::open(&uri, &auth, &net).unwrap();
-        Job { repo_id: store.label.clone(), store: Some(std::sync::Arc::new(store)), ..job(root, "main") }
+        ]),
+        secret_name: None,
+        model_format: None,
+        metadata_type: None,
     };
+    let store = crate::store::open(&uri, &auth, &net).unwrap();
+    Job { repo_id: store.label.clone(), store: Some(std::sync::Arc::new(store)), ..job(root, "main") }
+}
+
+/// A review (of the size-only versions): an object checked by size only (OCI, uploaded in
+/// parts) is cut half-way; it is uploaded again (same size, another ETag) before the next
+/// attempt. That attempt keeps the new version apart under another partial name, as it should,
+/// but the old version's partial stayed beside it for as long as the download did not finish:
+/// every re-upload during an unfinished download left one more (a multipart partial is
+/// preallocated to the object's full size), and on a root with room for one copy the space
+/// check then failed for good.
+#[tokio::test]
+async fn the_partial_of_an_object_uploaded_again_is_not_kept_beside_the_new_version() {
     let root = Root::new("uploaded-again");
     let hub = hub();
     let opts = Options { request_attempts_max: 1, ..opts(&hub) };
-    let first = server(3);
-    let ended = run(job_on(&first, &root), &opts).await.0;
+    let first = uploaded_in_parts(3, false, true);
+    let ended = run(oci_job(&first, &root), &opts).await.0;
     assert!(ended.result.is_err(), "cut: {:?}", ended.result.as_ref().map(|_| ()));
     let partials = || std::fs::read_dir(root.dest().join(PARTIAL_DIR)).unwrap().count();
     assert_eq!(partials(), 1, "the first version's partial");
     // Uploaded again: same name, same size, other bytes and ETag.
     drop(first);
-    let second = server(4);
-    let ended = run(job_on(&second, &root), &opts).await.0;
+    let second = uploaded_in_parts(4, false, true);
+    let ended = run(oci_job(&second, &root), &opts).await.0;
     assert!(ended.result.is_err(), "cut again: {:?}", ended.result.as_ref().map(|_| ()));
     assert_eq!(
         (partials(), partial_bytes(&root.dest())),
-        (1, SIZE / 2),
+        (1, UPLOADED_BYTES / 2),
         "the first version's partial is kept beside the second's, and counts against the space check"
     );
 }
 
-/// A review (of the size-only versions): the same re-upload, but the model has two objects checked by size only
-/// (a checkpoint of one shape: same sizes). The first attempt places the small one and is cut
-/// in the big one; both are uploaded again; the next attempt keeps the placed file of the first
-/// upload (its size matches: `files_in_place`), fetches the big one of the second, and writes a
-/// manifest for a model made of two uploads (the listing digest, its "commit", has no ETag).
+/// A review (of the size-only versions): the same re-upload, but the model has two objects
+/// checked by size only (a checkpoint of one shape: same sizes). The first attempt places the
+/// small one and is cut in the big one; both are uploaded again; the next attempt kept the
+/// placed file of the first upload (its size matched: `files_in_place`), fetched the big one of
+/// the second, and wrote a manifest for a model made of two uploads.
 #[tokio::test]
 async fn a_file_placed_from_an_earlier_upload_is_not_kept_in_a_model_of_the_new_one() {
-    use model_agent_fakeoci::{BucketFixture, FakeOci, Fixtures, ObjectFixture, test_keys};
-    const SIZE: u64 = 200_000;
-    let server = |seed: u64, cut: bool| {
-        let big = ObjectFixture::generated("m/w.bin", SIZE, seed).multipart(2);
-        let small = ObjectFixture::generated("m/a.bin", 1_000, seed + 10).multipart(2);
-        let bucket = BucketFixture::new("models").object(big).object(small);
-        let oci = FakeOci::start(Fixtures::new().bucket(bucket)).unwrap();
-        if cut {
-            oci.faults().add(model_agent_fakeoci::Fault::Truncate {
-                bucket: "models".into(),
-                object: "m/w.bin".into(),
-                after_bytes: SIZE / 2,
-                count: 100,
-            });
-        }
-        oci
-    };
-    let net = crate::store::Net::new(&Default::default(), 2_000, 2_000).unwrap();
-    let job_on = |oci: &FakeOci, root: &Root| {
-        let uri = model_agent_core::storage_uri::StorageUri::Oci {
-            namespace: oci.namespace().into(),
-            bucket: "models".into(),
-            prefix: "m".into(),
-        };
-        let secret = [
-            ("tenancy", test_keys::TENANCY),
-            ("user", test_keys::USER),
-            ("fingerprint", test_keys::FINGERPRINT),
-            ("privateKey", test_keys::PRIVATE_KEY_PEM),
-        ];
-        let auth = crate::store::StoreAuth {
-            parameters: [("auth", "UserPrincipal"), ("endpoint", oci.endpoint())]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            secret: secret.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            secret_name: None,
-            model_format: None,
-            metadata_type: None,
-        };
-        let store = crate::store::open(&uri, &auth, &net).unwrap();
-        Job { repo_id: store.label.clone(), store: Some(std::sync::Arc::new(store)), ..job(root, "main") }
-    };
+    use model_agent_fakeoci::pattern_bytes;
     let root = Root::new("two-uploads");
     let hub = hub();
     let opts = Options { request_attempts_max: 1, ..opts(&hub) };
-    let first = server(3, true);
-    let ended = run(job_on(&first, &root), &opts).await.0;
+    let first = uploaded_in_parts(3, true, true);
+    let ended = run(oci_job(&first, &root), &opts).await.0;
     assert!(ended.result.is_err(), "cut: {:?}", ended.result.as_ref().map(|_| ()));
     let placed = std::fs::read(root.dest().join("a.bin")).expect("a.bin placed by the first attempt");
-    assert_eq!(placed, model_agent_fakeoci::pattern_bytes(13, 0, 1_000), "the first upload's a.bin");
+    assert_eq!(placed, pattern_bytes(13, 0, 1_000), "the first upload's a.bin");
     drop(first);
-    let second = server(4, false);
-    finished(run(job_on(&second, &root), &opts).await.0);
+    let second = uploaded_in_parts(4, true, false);
+    finished(run(oci_job(&second, &root), &opts).await.0);
     let w = std::fs::read(root.dest().join("w.bin")).unwrap();
-    assert_eq!(w, model_agent_fakeoci::pattern_bytes(4, 0, SIZE as usize), "the second upload's w.bin");
+    assert_eq!(w, pattern_bytes(4, 0, UPLOADED_BYTES as usize), "the second upload's w.bin");
     let a = std::fs::read(root.dest().join("a.bin")).unwrap();
     assert!(
-        a == model_agent_fakeoci::pattern_bytes(14, 0, 1_000),
+        a == pattern_bytes(14, 0, 1_000),
         "a.bin is still the first upload's beside the second upload's w.bin: a model of two uploads"
     );
 }
