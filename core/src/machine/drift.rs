@@ -55,8 +55,10 @@ impl State {
         // The orphan check's LISTs tell which of a rested record's unknown uids are alive (the
         // directory then counts as shared once a model comes to use it) and which gone (a
         // review: a record at rest never learnt it, and a delete trashed a live uid's files).
-        for (path, _) in shown.iter().filter(|(path, _)| self.dirs_rested.contains_key(**path)) {
-            unknown.insert(*path, self.dirs_rested[*path].unknown.clone());
+        for (path, _) in shown.iter() {
+            if let Some(using) = self.dirs_rested.get(*path).filter(|using| !using.unknown.is_empty()) {
+                unknown.insert(*path, using.unknown.clone());
+            }
         }
         for name in &snap.trash {
             if !self.trash.contains_key(name) {
@@ -370,7 +372,7 @@ impl State {
             }
             shared::forget_gone(&mut self.dirs, path, &gone);
             shared::forget_gone(&mut self.dirs_rested, path, &gone);
-            if self.dirs_rested.get(path.as_str()).is_some_and(|using| using.unknown.is_empty()) {
+            if self.dirs_rested.get(path.as_str()).is_some_and(|using| !shared::rest_needed(using)) {
                 self.dirs_rested.remove(path.as_str());
             }
             if let Some(using) = self.dirs.get(path.as_str()) {

@@ -45,8 +45,8 @@ impl State {
             let sorted = using.unknown.windows(2).all(|w| w[0] < w[1]);
             let marked = using.unknown.iter().all(|u| using.marked.binary_search(u).is_ok());
             let alive = using.alive.iter().all(|u| using.unknown.binary_search(u).is_ok());
-            if !using.members.is_empty() || using.unknown.is_empty() || self.dirs.contains_key(dir) {
-                return Err(format!("{dir}: rested with members, with no unknown uid, or in use"));
+            if !using.members.is_empty() || !shared::rest_needed(using) || self.dirs.contains_key(dir) {
+                return Err(format!("{dir}: rested with members, with nothing to remember, or in use"));
             }
             if !(sorted && marked && alive) {
                 return Err(format!(

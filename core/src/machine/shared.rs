@@ -473,11 +473,18 @@ pub(super) fn unregister((dirs, rested): (&mut Dirs, &mut Dirs), gone: &[(Arc<st
             using.unknown.retain(|u| u != uid);
             using.alive.retain(|u| u != uid);
         }
-        if rested.get(dir).is_some_and(|using| using.unknown.is_empty()) {
+        if rested.get(dir).is_some_and(|using| !rest_needed(using)) {
             rested.remove(dir);
         }
     }
     affected
+}
+
+/// Is a record at rest still worth keeping: its marker names a uid no record knows, or one the
+/// orphan check's LISTs showed gone (else each snapshot would make it afresh with that uid
+/// unknown, and the check would LIST for it every drift period: a review)?
+pub(super) fn rest_needed(using: &DirUse) -> bool {
+    !using.unknown.is_empty() || using.gone.iter().any(|g| using.marked.binary_search(g).is_ok())
 }
 
 /// A directory no model used comes into use with the record it was left at rest with, if any
@@ -633,12 +640,13 @@ pub(super) fn rest_shown(
     for dir in keys {
         let Some(shared) = rested.get_mut(&dir) else { continue };
         let unknown = strangers(shared);
-        if unknown.is_empty() {
-            rested.remove(&dir);
-        } else if unknown != shared.unknown {
+        if unknown != shared.unknown {
             let using = Arc::make_mut(shared);
             using.alive.retain(|u| unknown.binary_search(u).is_ok());
             using.unknown = unknown;
+        }
+        if !rest_needed(shared) {
+            rested.remove(&dir);
         }
     }
     for path in unused {

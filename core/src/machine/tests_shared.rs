@@ -41,6 +41,8 @@ struct Seen {
     markers: Option<BTreeMap<String, BTreeSet<String>>>,
     /// Leave snapshots unanswered, kept here.
     snapshots_held: Option<Vec<EffectId>>,
+    /// `Op::LiveList`s answered.
+    lists: usize,
 }
 
 impl Seen {
@@ -168,6 +170,7 @@ fn answer(
             done
         }
         Op::LiveList { kind, .. } => {
+            seen.lists += 1;
             let objs = listed.iter().filter(|o| o.key.kind == *kind).cloned().map(Arc::new).collect();
             Input::LiveList { id: e.id, result: ListResult::Listed(objs) }
         }
@@ -2026,5 +2029,34 @@ fn a_delete_after_joining_a_rested_directory_never_trashes_a_live_unknown_uid_s_
         seen.trashed.is_empty(),
         "live u1's weights trashed by a's delete: {:?}\n rested: {rested:?}\n in use: {using:?}",
         seen.trashed
+    );
+}
+
+/// A review (of the rested records): a directory no known model uses whose marker names a known uid (`k1`, a
+/// model now at another path) and one of a model gone (`g1`). The snapshot leaves it at rest
+/// with `g1` unknown; since 6c03566 each snapshot adds `g1` to the orphan check, whose LISTs show
+/// it gone: `forget_gone` then drops the rested record (no unknown uid left), and the next
+/// snapshot's `rest_shown` makes a fresh one (its `gone` empty) with `g1` unknown again. Two
+/// LISTs every drift period, for as long as the marker stays (nothing sweeps it: `k1` claims it).
+#[test]
+fn a_rested_directory_naming_a_gone_uid_is_not_listed_for_every_period() {
+    let mut h = H::new();
+    let k = obj(&ModelKey::cluster("k"), "k1", "hf://org/repo", Some("/mnt/models/k"));
+    let mut seen = marked_at_shared(&["k1", "g1"], false);
+    let e = h.start(true, vec![k.clone()]);
+    let listed = [k.clone()];
+    run(&mut h, e, &mut seen, &[], &listed);
+    drift_passes(&mut h, &mut seen, &listed);
+    let before = seen.lists;
+    for _ in 0..10 {
+        let e = h.advance(300_000);
+        run(&mut h, e, &mut seen, &[], &listed);
+    }
+    assert!(seen.trashed.is_empty(), "{:?}", seen.trashed);
+    assert_eq!(
+        seen.lists - before,
+        0,
+        "LISTs over 10 drift periods for a gone uid already shown gone (rested: {:?})",
+        h.s.dirs_rested.get("shared")
     );
 }

@@ -188,12 +188,17 @@ impl Dest {
 
     /// The partial directory, made if missing (0700: what is in it is not verified yet).
     pub fn open_partial_dir(&self) -> Result<OwnedFd, DownloadError> {
-        match mkdirat(self.dir.as_fd(), PARTIAL_DIR, Mode::from_bits_truncate(0o700)) {
-            Ok(()) | Err(Errno::EEXIST) => {}
+        let made = match mkdirat(self.dir.as_fd(), PARTIAL_DIR, Mode::from_bits_truncate(0o700)) {
+            Ok(()) => true,
+            Err(Errno::EEXIST) => false,
             Err(e) => return Err(disk_error(&format!("{}/{PARTIAL_DIR}", self.rel), e)),
+        };
+        let dir = openat(self.dir.as_fd(), PARTIAL_DIR, DIR_FLAGS, Mode::empty())
+            .map_err(|e| disk_error(&format!("{}/{PARTIAL_DIR}", self.rel), e))?;
+        if made {
+            let _ = write_synced_at(&dir, PLACED_RECORDS_STAMP, b"", PARTIAL_DIR);
         }
-        openat(self.dir.as_fd(), PARTIAL_DIR, DIR_FLAGS, Mode::empty())
-            .map_err(|e| disk_error(&format!("{}/{PARTIAL_DIR}", self.rel), e))
+        Ok(dir)
     }
 
     /// The partial directory if it is there (nothing is made).
@@ -301,24 +306,35 @@ fn placed_name(file: &RemoteFile) -> String {
     format!("{}.placed", partial_name(file))
 }
 
-/// Records that `file` was placed by this download (only for an object checked by size only
-/// whose ETag is known: nothing else needs it). A record that cannot be written costs a fetch
-/// again at the next attempt, never a wrong file.
+/// In a partial directory whose files placed carry `.placed` records (written when it is made):
+/// one made before them (an upgrade mid-download) has none, and what it placed is kept by size
+/// once, then recorded.
+const PLACED_RECORDS_STAMP: &str = "placed-records";
+
+/// Records that `file` is in place as the version listed now (only for an object checked by
+/// size only whose ETag is known: nothing else needs it), and that this directory keeps such
+/// records. A record that cannot be written costs a fetch again at the next attempt, never a
+/// wrong file.
 pub(super) fn record_placed(partial_dir: &OwnedFd, file: &RemoteFile) {
     if file.hash == crate::hf::FileHash::SizeOnly && file.etag.is_some() {
+        if !exists_at(partial_dir, PLACED_RECORDS_STAMP) {
+            let _ = write_synced_at(partial_dir, PLACED_RECORDS_STAMP, b"", PARTIAL_DIR);
+        }
         let _ = write_synced_at(partial_dir, &placed_name(file), b"", PARTIAL_DIR);
     }
 }
 
 /// May a file of `file`'s size found on disk, with no manifest to vouch for it, be kept as
 /// `file`? An object checked by size only while a download is under way (its partial
-/// directory there) only if that download placed it as the version listed now: a file an
-/// earlier attempt placed from another upload of the same size is not (a review: the model
-/// was left with files of two uploads). With no download under way, it is adopted by size,
-/// as before.
+/// directory there, keeping records) only if an attempt of it recorded it in place as the
+/// version listed now: a file an earlier attempt placed from another upload of the same size
+/// is not (a review: the model was left with files of two uploads). With no download under
+/// way, it is adopted by size, as before (and recorded then: `Dest::record_kept`).
 pub(super) fn size_only_placed_as_listed(partial_dir: Option<&OwnedFd>, file: &RemoteFile) -> bool {
     match (partial_dir, &file.etag) {
-        (Some(dir), Some(_)) if file.hash == crate::hf::FileHash::SizeOnly => exists_at(dir, &placed_name(file)),
+        (Some(dir), Some(_)) if file.hash == crate::hf::FileHash::SizeOnly => {
+            exists_at(dir, &placed_name(file)) || !exists_at(dir, PLACED_RECORDS_STAMP)
+        }
         _ => true,
     }
 }
@@ -332,6 +348,7 @@ impl Dest {
     pub fn remove_stale_partials(&self, todo: &[RemoteFile], placed: &[&RemoteFile]) {
         let Some(dir) = self.existing_partial_dir() else { return };
         let mut keep: std::collections::HashSet<String> = placed.iter().map(|f| placed_name(f)).collect();
+        keep.insert(PLACED_RECORDS_STAMP.to_string());
         for name in todo.iter().map(partial_name) {
             keep.insert(format!("{name}.parts"));
             keep.insert(name);
@@ -340,6 +357,18 @@ impl Dest {
         for name in names.iter().filter(|name| !keep.contains(*name)) {
             remove_partial(&dir, name);
         }
+    }
+
+    /// With files still to fetch, what this attempt kept in place is recorded as the version
+    /// listed now, so that the next attempt keeps it too (a review: a file kept by size, with no
+    /// partial directory yet, was fetched again whole at the next attempt, and the space check
+    /// could then fail for good).
+    pub fn record_kept(&self, kept: &[&RemoteFile]) -> Result<(), DownloadError> {
+        let dir = self.open_partial_dir()?;
+        for file in kept {
+            record_placed(&dir, file);
+        }
+        Ok(())
     }
 }
 

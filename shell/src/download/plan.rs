@@ -312,6 +312,7 @@ async fn prepare(
     if !todo.is_empty() {
         // An older commit's manifest must not vouch for a directory that is changing (mixed revisions).
         dest.remove_manifest()?;
+        dest.record_kept(&placed)?;
     }
     todo.sort_by_key(|file| std::cmp::Reverse(file.size_bytes));
     let todo: Vec<_> = todo
