@@ -43,6 +43,10 @@ pub(super) struct Manifest {
 pub(super) struct ManifestFile {
     pub path: String,
     pub size: u64,
+    /// The ETag of an object checked by size only (`RemoteFile::etag`): the version the file on
+    /// disk is. Absent for any other file, and in manifests written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etag: Option<String>,
 }
 
 /// The destination directory, opened beneath the models root.
@@ -311,17 +315,37 @@ fn placed_name(file: &RemoteFile) -> String {
 /// once, then recorded.
 const PLACED_RECORDS_STAMP: &str = "placed-records";
 
-/// Records that `file` is in place as the version listed now (only for an object checked by
-/// size only whose ETag is known: nothing else needs it), and that this directory keeps such
-/// records. A record that cannot be written costs a fetch again at the next attempt, never a
-/// wrong file.
-pub(super) fn record_placed(partial_dir: &OwnedFd, file: &RemoteFile) {
-    if file.hash == crate::hf::FileHash::SizeOnly && file.etag.is_some() {
+/// The ETag a file's version is known by, when its size is all that checks it.
+pub(super) fn size_only_etag(file: &RemoteFile) -> Option<&str> {
+    (file.hash == crate::hf::FileHash::SizeOnly).then_some(file.etag.as_deref()).flatten()
+}
+
+/// What a `.placed` record holds: the device and inode of the file it vouches for, so that it
+/// vouches for no other file at that path (one written before the rename that places the file,
+/// which keeps the inode, and the process killed in between).
+fn inode_text(meta: &std::fs::Metadata) -> String {
+    use std::os::unix::fs::MetadataExt;
+    format!("{}:{}", meta.dev(), meta.ino())
+}
+
+/// Records that the file `meta` describes is `file` as listed now (only for an object checked
+/// by size only whose ETag is known: nothing else needs it), and that this directory keeps such
+/// records. Written before a fetched file is renamed into place: a kill in between leaves no
+/// placed file without its record. A record that cannot be written costs a fetch again at the
+/// next attempt, never a wrong file.
+pub(super) fn record_placed(partial_dir: &OwnedFd, file: &RemoteFile, meta: &std::fs::Metadata) {
+    if size_only_etag(file).is_some() {
         if !exists_at(partial_dir, PLACED_RECORDS_STAMP) {
             let _ = write_synced_at(partial_dir, PLACED_RECORDS_STAMP, b"", PARTIAL_DIR);
         }
-        let _ = write_synced_at(partial_dir, &placed_name(file), b"", PARTIAL_DIR);
+        let _ = write_synced_at(partial_dir, &placed_name(file), inode_text(meta).as_bytes(), PARTIAL_DIR);
     }
+}
+
+/// The metadata of partial file `name`, for its record before it is placed.
+pub(super) fn partial_metadata(partial_dir: &OwnedFd, name: &str) -> Option<std::fs::Metadata> {
+    let fd = open_file_at(partial_dir, name, OFlag::O_RDONLY, Mode::empty()).ok()?;
+    File::from(fd).metadata().ok()
 }
 
 /// May a file of `file`'s size found on disk, with no manifest to vouch for it, be kept as
@@ -330,10 +354,15 @@ pub(super) fn record_placed(partial_dir: &OwnedFd, file: &RemoteFile) {
 /// version listed now: a file an earlier attempt placed from another upload of the same size
 /// is not (a review: the model was left with files of two uploads). With no download under
 /// way, it is adopted by size, as before (and recorded then: `Dest::record_kept`).
-pub(super) fn size_only_placed_as_listed(partial_dir: Option<&OwnedFd>, file: &RemoteFile) -> bool {
-    match (partial_dir, &file.etag) {
-        (Some(dir), Some(_)) if file.hash == crate::hf::FileHash::SizeOnly => {
-            exists_at(dir, &placed_name(file)) || !exists_at(dir, PLACED_RECORDS_STAMP)
+pub(super) fn size_only_placed_as_listed(
+    partial_dir: Option<&OwnedFd>,
+    file: &RemoteFile,
+    on_disk: &std::fs::Metadata,
+) -> bool {
+    match (partial_dir, size_only_etag(file)) {
+        (Some(dir), Some(_)) => {
+            let record = read_small_at(dir, &placed_name(file), 64);
+            record.is_some_and(|r| r == inode_text(on_disk).as_bytes()) || !exists_at(dir, PLACED_RECORDS_STAMP)
         }
         _ => true,
     }
@@ -366,7 +395,9 @@ impl Dest {
     pub fn record_kept(&self, kept: &[&RemoteFile]) -> Result<(), DownloadError> {
         let dir = self.open_partial_dir()?;
         for file in kept {
-            record_placed(&dir, file);
+            if let Some(meta) = self.open_existing(&file.path).and_then(|f| f.metadata().ok()) {
+                record_placed(&dir, file, &meta);
+            }
         }
         Ok(())
     }
@@ -412,7 +443,7 @@ mod hostile_tests {
         let dest = open_dest(root.path(), "m", true).unwrap().unwrap();
         let fifo = root.path().join("m/model.safetensors");
         nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o644)).unwrap();
-        let file = ManifestFile { path: "model.safetensors".into(), size: 0 };
+        let file = ManifestFile { path: "model.safetensors".into(), size: 0, etag: None };
         let manifest = Manifest { repo_id: "o/r".into(), revision: None, commit: "c".into(), files: vec![file] };
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {

@@ -791,3 +791,85 @@ async fn a_file_adopted_in_an_unfinished_attempt_never_fails_the_space_check() {
     FREE_BYTES.lock().unwrap().retain(|(r, _)| *r != root.0.display().to_string());
     assert!(ended.result.is_ok(), "500 kB free, 100 kB of w.bin left to fetch: {:?}", ended.result.map(|_| ()));
 }
+
+/// `m/a.bin` (`a_bytes`, from `a_seed`) and `m/w.bin` (`UPLOADED_BYTES`, from
+/// `w_seed`), both uploaded in parts (checked by size only); with `cut`, every read of `w.bin`
+/// ends half-way.
+fn two_uploaded_in_parts(a_bytes: u64, a_seed: u64, w_seed: u64, cut: bool) -> model_agent_fakeoci::FakeOci {
+    use model_agent_fakeoci::{BucketFixture, FakeOci, Fault, Fixtures, ObjectFixture};
+    let bucket = BucketFixture::new("models")
+        .object(ObjectFixture::generated("m/w.bin", UPLOADED_BYTES, w_seed).multipart(2))
+        .object(ObjectFixture::generated("m/a.bin", a_bytes, a_seed).multipart(2));
+    let oci = FakeOci::start(Fixtures::new().bucket(bucket)).unwrap();
+    if cut {
+        let (bucket, object) = ("models".into(), "m/w.bin".into());
+        oci.faults().add(Fault::Truncate { bucket, object, after_bytes: UPLOADED_BYTES / 2, count: 100 });
+    }
+    oci
+}
+
+/// A review (of the placed records): the agent killed after a.bin's `.placed` record was written
+/// and before the rename that places it (the record is written first: a kill after the rename
+/// left a placed file with no record, fetched again whole and, on a root without room for two
+/// copies, failing the space check for good). The path holds a file of the first upload, of the
+/// same size: the record names the partial file's inode, not that file's, so it is not kept; the
+/// next attempt places the partial, whose bytes count in the space check.
+#[tokio::test]
+async fn a_kill_between_a_record_and_its_rename_keeps_no_other_file_and_needs_no_space_again() {
+    const A: u64 = 1_000_000;
+    let root = Root::new("kill-before-rename");
+    let hub = hub();
+    let opts = Options { request_attempts_max: 1, ..opts(&hub) };
+    let oci = two_uploaded_in_parts(A, 14, 3, true);
+    let ended = run(oci_job(&oci, &root), &opts).await.0;
+    assert!(ended.result.is_err(), "cut: {:?}", ended.result.as_ref().map(|_| ()));
+    let partial_dir = root.dest().join(PARTIAL_DIR);
+    let records: Vec<String> = std::fs::read_dir(&partial_dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".placed")).map(str::to_owned))
+        .collect();
+    assert_eq!(records.len(), 1, "a.bin's record");
+    // Undo the rename, and put a file of the first upload at the path.
+    std::fs::rename(root.dest().join("a.bin"), partial_dir.join(&records[0])).unwrap();
+    std::fs::write(root.dest().join("a.bin"), model_agent_fakeoci::pattern_bytes(13, 0, A as usize)).unwrap();
+    oci.faults().clear();
+    FREE_BYTES.lock().unwrap().push((root.0.display().to_string(), 500_000));
+    let ended = run(oci_job(&oci, &root), &opts).await.0;
+    FREE_BYTES.lock().unwrap().retain(|(r, _)| *r != root.0.display().to_string());
+    assert!(ended.result.is_ok(), "500 kB free, 100 kB of w.bin left to fetch: {:?}", ended.result.map(|_| ()));
+    let a = std::fs::read(root.dest().join("a.bin")).unwrap();
+    assert!(a == model_agent_fakeoci::pattern_bytes(14, 0, A as usize), "a.bin is the upload listed");
+    assert_eq!(oci.bytes_served("models", "m/a.bin"), A, "a.bin fetched once, by the first attempt");
+}
+
+/// A review (of the placed records): a Ready model's w.bin is lost on disk and a.bin is uploaded again (same size, other
+/// bytes and ETag: the listing's digest is unchanged). The attempt keeps a.bin by the trusted
+/// manifest (which knows no ETag) and `Dest::record_kept` records it as the version listed now;
+/// it is cut, and the next attempt kept the first upload's a.bin by that record beside the
+/// listing's new ETag. The manifest now keeps each size-only file's ETag: one it names another
+/// version by is fetched again.
+#[tokio::test]
+async fn a_file_kept_by_the_manifest_is_not_recorded_as_the_version_listed() {
+    const A: u64 = 1_000;
+    let root = Root::new("trusted-recorded");
+    let hub = hub();
+    let opts = Options { request_attempts_max: 1, ..opts(&hub) };
+    let first = two_uploaded_in_parts(A, 13, 3, false);
+    finished(run(oci_job(&first, &root), &opts).await.0);
+    assert!(root.dest().join(MANIFEST).exists());
+    drop(first);
+    std::fs::remove_file(root.dest().join("w.bin")).unwrap();
+    let second = two_uploaded_in_parts(A, 14, 3, true);
+    let ended = run(oci_job(&second, &root), &opts).await.0;
+    assert!(ended.result.is_err(), "cut: {:?}", ended.result.as_ref().map(|_| ()));
+    second.faults().clear();
+    finished(run(oci_job(&second, &root), &opts).await.0);
+    let a = std::fs::read(root.dest().join("a.bin")).unwrap();
+    assert!(
+        a == model_agent_fakeoci::pattern_bytes(14, 0, A as usize),
+        "a.bin is the first upload's ({}) while the listing names the second's; a.bin bytes served: {}",
+        a == model_agent_fakeoci::pattern_bytes(13, 0, A as usize),
+        second.bytes_served("models", "m/a.bin")
+    );
+}

@@ -110,8 +110,10 @@ async fn fetch_one(
     if !verified {
         fetch_single(&ctx, &file, &name, &slot, &mut stop).await?;
     }
+    if let Some(meta) = disk::partial_metadata(&ctx.partial_dir, &name) {
+        disk::record_placed(&ctx.partial_dir, &file, &meta);
+    }
     ctx.dest.place(&ctx.partial_dir, &name, &file.path)?;
-    disk::record_placed(&ctx.partial_dir, &file);
     slot.placed.store(true, Ordering::Relaxed);
     Ok(())
 }
