@@ -646,15 +646,15 @@ fn the_download_future_can_be_spawned() {
 
 const UPLOADED_BYTES: u64 = 200_000;
 
-/// The fake OCI store with `m/w.bin` (`UPLOADED_BYTES`) and, with `small`, `m/a.bin` (of those
-/// bytes), both uploaded in parts (checked by size only) from `seed`; with `cut`, every read of
-/// `w.bin` ends half-way.
-fn uploaded_in_parts(seed: u64, small: Option<u64>, cut: bool) -> model_agent_fakeoci::FakeOci {
+/// The fake OCI store with `m/w.bin` (`UPLOADED_BYTES`, from `seed`) and, with `small`,
+/// `m/a.bin` (its bytes and seed), both uploaded in parts (checked by size only); with `cut`,
+/// every read of `w.bin` ends half-way.
+fn uploaded_in_parts(seed: u64, small: Option<(u64, u64)>, cut: bool) -> model_agent_fakeoci::FakeOci {
     use model_agent_fakeoci::{BucketFixture, FakeOci, Fault, Fixtures, ObjectFixture};
     let mut bucket =
         BucketFixture::new("models").object(ObjectFixture::generated("m/w.bin", UPLOADED_BYTES, seed).multipart(2));
-    if let Some(small_bytes) = small {
-        bucket = bucket.object(ObjectFixture::generated("m/a.bin", small_bytes, seed + 10).multipart(2));
+    if let Some((small_bytes, small_seed)) = small {
+        bucket = bucket.object(ObjectFixture::generated("m/a.bin", small_bytes, small_seed).multipart(2));
     }
     let oci = FakeOci::start(Fixtures::new().bucket(bucket)).unwrap();
     if cut {
@@ -729,13 +729,13 @@ async fn a_file_placed_from_an_earlier_upload_is_not_kept_in_a_model_of_the_new_
     let root = Root::new("two-uploads");
     let hub = hub();
     let opts = Options { request_attempts_max: 1, ..opts(&hub) };
-    let first = uploaded_in_parts(3, Some(1_000), true);
+    let first = uploaded_in_parts(3, Some((1_000, 13)), true);
     let ended = run(oci_job(&first, &root), &opts).await.0;
     assert!(ended.result.is_err(), "cut: {:?}", ended.result.as_ref().map(|_| ()));
     let placed = std::fs::read(root.dest().join("a.bin")).expect("a.bin placed by the first attempt");
     assert_eq!(placed, pattern_bytes(13, 0, 1_000), "the first upload's a.bin");
     drop(first);
-    let second = uploaded_in_parts(4, Some(1_000), false);
+    let second = uploaded_in_parts(4, Some((1_000, 14)), false);
     finished(run(oci_job(&second, &root), &opts).await.0);
     let w = std::fs::read(root.dest().join("w.bin")).unwrap();
     assert_eq!(w, pattern_bytes(4, 0, UPLOADED_BYTES as usize), "the second upload's w.bin");
@@ -746,10 +746,12 @@ async fn a_file_placed_from_an_earlier_upload_is_not_kept_in_a_model_of_the_new_
     );
 }
 
-/// A review (of the placed records): a size-only file adopted by its size in an attempt that did not finish (a
-/// pre-filled directory, or a Ready model whose listing gained a file) has no `.placed` record;
-/// the next attempt finds the partial directory that attempt made and fetches it again whole,
-/// though it is the version listed (same ETag) and was accepted one attempt earlier.
+/// A review (of the placed records): a size-only file adopted by its size in an attempt that
+/// did not finish (a pre-filled directory, or a Ready model whose listing gained a file) had no
+/// `.placed` record: the next attempt found the partial directory that attempt made and fetched
+/// it again whole, though it is the version listed and was accepted one attempt earlier; on a
+/// root with room for what is left of w.bin but not for a.bin again (its copy on disk does not
+/// count), every attempt failed with NoSpace.
 #[tokio::test]
 async fn a_file_adopted_in_an_unfinished_attempt_is_not_fetched_again() {
     const A: u64 = 1_000_000;
@@ -758,54 +760,20 @@ async fn a_file_adopted_in_an_unfinished_attempt_is_not_fetched_again() {
     std::fs::write(root.dest().join("a.bin"), model_agent_fakeoci::pattern_bytes(13, 0, A as usize)).unwrap();
     let hub = hub();
     let opts = Options { request_attempts_max: 1, ..opts(&hub) };
-    let oci = uploaded_in_parts(3, Some(A), true);
+    let oci = uploaded_in_parts(3, Some((A, 13)), true);
     let ended = run(oci_job(&oci, &root), &opts).await.0;
     assert!(ended.result.is_err(), "cut: {:?}", ended.result.as_ref().map(|_| ()));
     assert_eq!(oci.bytes_served("models", "m/a.bin"), 0, "a.bin adopted by size in the first attempt");
     oci.faults().clear();
-    let done = finished(run(oci_job(&oci, &root), &opts).await.0);
+    FREE_BYTES.lock().unwrap().push((root.0.display().to_string(), 500_000));
+    let ended = run(oci_job(&oci, &root), &opts).await.0;
+    FREE_BYTES.lock().unwrap().retain(|(r, _)| *r != root.0.display().to_string());
+    let done = finished(ended);
     assert_eq!(
         (oci.bytes_served("models", "m/a.bin"), done.adopted_files),
         (0, 1),
         "a.bin, adopted one attempt earlier as the same version, is fetched again whole"
     );
-}
-
-/// A review (of the placed records): the same, on a root with room for what is left of w.bin but not for a.bin
-/// again (a.bin's old copy still on disk: `check_space` does not count it): the download fails
-/// with NoSpace at every attempt, for good.
-#[tokio::test]
-async fn a_file_adopted_in_an_unfinished_attempt_never_fails_the_space_check() {
-    const A: u64 = 1_000_000;
-    let root = Root::new("review-adopted-space");
-    std::fs::create_dir_all(root.dest()).unwrap();
-    std::fs::write(root.dest().join("a.bin"), model_agent_fakeoci::pattern_bytes(13, 0, A as usize)).unwrap();
-    let hub = hub();
-    let opts = Options { request_attempts_max: 1, ..opts(&hub) };
-    let oci = uploaded_in_parts(3, Some(A), true);
-    let ended = run(oci_job(&oci, &root), &opts).await.0;
-    assert!(ended.result.is_err(), "cut: {:?}", ended.result.as_ref().map(|_| ()));
-    oci.faults().clear();
-    FREE_BYTES.lock().unwrap().push((root.0.display().to_string(), 500_000));
-    let ended = run(oci_job(&oci, &root), &opts).await.0;
-    FREE_BYTES.lock().unwrap().retain(|(r, _)| *r != root.0.display().to_string());
-    assert!(ended.result.is_ok(), "500 kB free, 100 kB of w.bin left to fetch: {:?}", ended.result.map(|_| ()));
-}
-
-/// `m/a.bin` (`a_bytes`, from `a_seed`) and `m/w.bin` (`UPLOADED_BYTES`, from
-/// `w_seed`), both uploaded in parts (checked by size only); with `cut`, every read of `w.bin`
-/// ends half-way.
-fn two_uploaded_in_parts(a_bytes: u64, a_seed: u64, w_seed: u64, cut: bool) -> model_agent_fakeoci::FakeOci {
-    use model_agent_fakeoci::{BucketFixture, FakeOci, Fault, Fixtures, ObjectFixture};
-    let bucket = BucketFixture::new("models")
-        .object(ObjectFixture::generated("m/w.bin", UPLOADED_BYTES, w_seed).multipart(2))
-        .object(ObjectFixture::generated("m/a.bin", a_bytes, a_seed).multipart(2));
-    let oci = FakeOci::start(Fixtures::new().bucket(bucket)).unwrap();
-    if cut {
-        let (bucket, object) = ("models".into(), "m/w.bin".into());
-        oci.faults().add(Fault::Truncate { bucket, object, after_bytes: UPLOADED_BYTES / 2, count: 100 });
-    }
-    oci
 }
 
 /// A review (of the placed records): the agent killed after a.bin's `.placed` record was written
@@ -820,7 +788,7 @@ async fn a_kill_between_a_record_and_its_rename_keeps_no_other_file_and_needs_no
     let root = Root::new("kill-before-rename");
     let hub = hub();
     let opts = Options { request_attempts_max: 1, ..opts(&hub) };
-    let oci = two_uploaded_in_parts(A, 14, 3, true);
+    let oci = uploaded_in_parts(3, Some((A, 14)), true);
     let ended = run(oci_job(&oci, &root), &opts).await.0;
     assert!(ended.result.is_err(), "cut: {:?}", ended.result.as_ref().map(|_| ()));
     let partial_dir = root.dest().join(PARTIAL_DIR);
@@ -855,12 +823,12 @@ async fn a_file_kept_by_the_manifest_is_not_recorded_as_the_version_listed() {
     let root = Root::new("trusted-recorded");
     let hub = hub();
     let opts = Options { request_attempts_max: 1, ..opts(&hub) };
-    let first = two_uploaded_in_parts(A, 13, 3, false);
+    let first = uploaded_in_parts(3, Some((A, 13)), false);
     finished(run(oci_job(&first, &root), &opts).await.0);
     assert!(root.dest().join(MANIFEST).exists());
     drop(first);
     std::fs::remove_file(root.dest().join("w.bin")).unwrap();
-    let second = two_uploaded_in_parts(A, 14, 3, true);
+    let second = uploaded_in_parts(3, Some((A, 14)), true);
     let ended = run(oci_job(&second, &root), &opts).await.0;
     assert!(ended.result.is_err(), "cut: {:?}", ended.result.as_ref().map(|_| ()));
     second.faults().clear();
