@@ -320,12 +320,14 @@ pub(super) fn size_only_etag(file: &RemoteFile) -> Option<&str> {
     (file.hash == crate::hf::FileHash::SizeOnly).then_some(file.etag.as_deref()).flatten()
 }
 
-/// What a `.placed` record holds: the device and inode of the file it vouches for, so that it
-/// vouches for no other file at that path (one written before the rename that places the file,
-/// which keeps the inode, and the process killed in between).
+/// What a `.placed` record holds: the inode of the file it vouches for, so that it vouches for
+/// no other file at that path (one written before the rename that places the file, which keeps
+/// the inode, and the process killed in between). Not the device: NFS, overlayfs and btrfs
+/// number it at mount time, and a reboot mid-download would make every record vouch for nothing
+/// (a review); the record and the file are on one filesystem, the rename proves it.
 fn inode_text(meta: &std::fs::Metadata) -> String {
     use std::os::unix::fs::MetadataExt;
-    format!("{}:{}", meta.dev(), meta.ino())
+    meta.ino().to_string()
 }
 
 /// Records that the file `meta` describes is `file` as listed now (only for an object checked
@@ -362,6 +364,8 @@ pub(super) fn size_only_placed_as_listed(
     match (partial_dir, size_only_etag(file)) {
         (Some(dir), Some(_)) => {
             let record = read_small_at(dir, &placed_name(file), 64);
+            // The inode only: the record is on the file's own filesystem (a rename put it there),
+            // whose device number a remount may change.
             record.is_some_and(|r| r == inode_text(on_disk).as_bytes()) || !exists_at(dir, PLACED_RECORDS_STAMP)
         }
         _ => true,

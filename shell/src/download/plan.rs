@@ -63,7 +63,7 @@ pub(super) async fn run(
         None => disk::open_dest(&job.root, &job.dest_rel, true)?.expect("created"),
     };
     let tally = tally.get_or_init(|| Arc::new(Tally::new(&files))).clone();
-    let prepared = prepare(&dest, &files, same_commit, job, opts, &tally, &mut cancel).await;
+    let prepared = prepare(&dest, &files, (same_commit, stored.as_ref()), job, opts, &tally, &mut cancel).await;
     let todo = match prepared {
         Ok(prepared) => prepared,
         Err(error) => {
@@ -293,13 +293,13 @@ fn manifest_is(manifest: &Manifest, files: &[RemoteFile]) -> bool {
 async fn prepare(
     dest: &Dest,
     files: &[RemoteFile],
-    trusted: Option<&Manifest>,
+    (trusted, stored): (Option<&Manifest>, Option<&Manifest>),
     job: &Job,
     opts: &Options,
     tally: &Tally,
     cancel: &mut watch::Receiver<bool>,
 ) -> Result<Vec<(RemoteFile, Arc<FileSlot>)>, DownloadError> {
-    let checks = files_in_place(dest, files, trusted, opts, tally, cancel.clone());
+    let checks = files_in_place(dest, files, trusted, stored, opts, tally, cancel.clone());
     let in_place = until_cancelled(cancel, checks).await??;
     let placed: Vec<&RemoteFile> = files.iter().zip(&in_place).filter(|(_, kept)| **kept).map(|(f, _)| f).collect();
     let mut todo: Vec<RemoteFile> =
@@ -338,10 +338,13 @@ async fn files_in_place(
     dest: &Dest,
     files: &[RemoteFile],
     trusted: Option<&Manifest>,
+    stored: Option<&Manifest>,
     opts: &Options,
     tally: &Tally,
     cancel: watch::Receiver<bool>,
 ) -> Result<Vec<bool>, DownloadError> {
+    let stored_files: HashMap<&str, &ManifestFile> =
+        stored.iter().flat_map(|m| m.files.iter()).map(|f| (f.path.as_str(), f)).collect();
     let trusted_files: HashMap<&str, &ManifestFile> =
         trusted.iter().flat_map(|m| m.files.iter()).map(|f| (f.path.as_str(), f)).collect();
     let mut in_place = vec![false; files.len()];
@@ -351,10 +354,12 @@ async fn files_in_place(
         let Some(on_disk) = dest.open_existing(&file.path) else { continue };
         let Some(meta) = on_disk.metadata().ok().filter(|m| m.len() == file.size_bytes) else { continue };
         let vouched = trusted_files.get(file.path.as_str()).filter(|m| m.size == file.size_bytes);
-        // The manifest names another version of an object checked by size only: uploaded
-        // again since, whatever its size says (a review: it was kept, and recorded as the new).
+        // An object checked by size only: the directory's manifest, of any listing, names the
+        // version on disk (none: written before ETags were kept). Another or none is fetched
+        // again, whatever the size says (reviews: the old upload's file was kept, and recorded
+        // as the new).
         let listed = disk::size_only_etag(file);
-        if vouched.is_some_and(|m| listed.is_some() && m.etag.is_some() && m.etag.as_deref() != listed) {
+        if listed.is_some() && stored_files.get(file.path.as_str()).is_some_and(|m| m.etag.as_deref() != listed) {
             continue;
         }
         if vouched.is_some() {

@@ -841,3 +841,106 @@ async fn a_file_kept_by_the_manifest_is_not_recorded_as_the_version_listed() {
         second.bytes_served("models", "m/a.bin")
     );
 }
+
+/// A review (of the inode records): a node reboot (or a remount of the models root) between two attempts gives the
+/// filesystem another st_dev (NFS, overlayfs and btrfs get an anonymous device number at each
+/// mount; device-mapper minors follow activation order). a.bin, placed and recorded by the first
+/// attempt as the version listed, is the same file, same inode: only the device number in its
+/// record differs. It is fetched again whole, and on a root with room for what is left of w.bin
+/// but not for a.bin again, every attempt fails with NoSpace (the record is removed as stale).
+#[tokio::test]
+async fn a_remount_that_renumbers_the_device_never_fails_the_space_check_for_good() {
+    const A: u64 = 1_000_000;
+    let root = Root::new("remount");
+    let hub = hub();
+    let opts = Options { request_attempts_max: 1, ..opts(&hub) };
+    let oci = uploaded_in_parts(3, Some((A, 14)), true);
+    let ended = run(oci_job(&oci, &root), &opts).await.0;
+    assert!(ended.result.is_err(), "cut: {:?}", ended.result.as_ref().map(|_| ()));
+    let partial_dir = root.dest().join(PARTIAL_DIR);
+    let record = std::fs::read_dir(&partial_dir)
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_str().is_some_and(|n| n.ends_with(".placed")))
+        .expect("a.bin's record")
+        .path();
+    // A remount keeps the inode and may renumber the device: the record names the inode alone
+    // (with the device in it, every later attempt fetched a.bin again and failed for space).
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(root.dest().join("a.bin")).unwrap().ino();
+    assert_eq!(std::fs::read_to_string(&record).unwrap(), ino.to_string(), "the record names the inode alone");
+    oci.faults().clear();
+    FREE_BYTES.lock().unwrap().push((root.0.display().to_string(), 500_000));
+    let first = run(oci_job(&oci, &root), &opts).await.0;
+    let second = run(oci_job(&oci, &root), &opts).await.0;
+    FREE_BYTES.lock().unwrap().retain(|(r, _)| *r != root.0.display().to_string());
+    assert!(
+        first.result.is_ok() || second.result.is_ok(),
+        "500 kB free, 100 kB of w.bin left to fetch, a.bin placed as listed: {:?} then {:?}",
+        first.result.map(|_| ()),
+        second.result.map(|_| ())
+    );
+}
+
+/// A review (of the inode records): the same as `a_file_kept_by_the_manifest_is_not_recorded_as_the_version_listed`,
+/// but the Ready model's manifest was written by the agent before this change (no `etag`): every
+/// Ready model at the upgrade has one. a.bin of the first upload is kept by it and recorded as
+/// the version listed now; the model ends with the first upload's a.bin.
+#[tokio::test]
+async fn a_manifest_from_before_the_etags_does_not_vouch_for_a_file_uploaded_again() {
+    const A: u64 = 1_000;
+    let root = Root::new("upgrade-manifest");
+    let hub = hub();
+    let opts = Options { request_attempts_max: 1, ..opts(&hub) };
+    let first = uploaded_in_parts(3, Some((A, 13)), false);
+    finished(run(oci_job(&first, &root), &opts).await.0);
+    // The manifest as the agent before the upgrade wrote it.
+    let mut manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(root.dest().join(MANIFEST)).unwrap()).unwrap();
+    for file in manifest["files"].as_array_mut().unwrap() {
+        file.as_object_mut().unwrap().remove("etag");
+    }
+    std::fs::write(root.dest().join(MANIFEST), manifest.to_string()).unwrap();
+    drop(first);
+    std::fs::remove_file(root.dest().join("w.bin")).unwrap();
+    let second = uploaded_in_parts(3, Some((A, 14)), true);
+    let ended = run(oci_job(&second, &root), &opts).await.0;
+    assert!(ended.result.is_err(), "cut: {:?}", ended.result.as_ref().map(|_| ()));
+    second.faults().clear();
+    finished(run(oci_job(&second, &root), &opts).await.0);
+    let a = std::fs::read(root.dest().join("a.bin")).unwrap();
+    assert!(
+        a == model_agent_fakeoci::pattern_bytes(14, 0, A as usize),
+        "a.bin is the first upload's ({}) while the listing names the second's",
+        a == model_agent_fakeoci::pattern_bytes(13, 0, A as usize),
+    );
+}
+
+/// A review (of the inode records): a Ready model (its manifest names a.bin's ETag) whose listing changes (a file is
+/// added: another digest, so the manifest is not of the commit listed) while a.bin is uploaded
+/// again at the same size. The manifest that says which version a.bin is is not consulted:
+/// a.bin is adopted by its size (no download under way), recorded as the version listed, and
+/// the model ends with the first upload's a.bin beside the new listing's other files.
+#[tokio::test]
+async fn a_manifest_of_another_listing_still_says_which_version_a_file_is() {
+    use model_agent_fakeoci::{BucketFixture, FakeOci, Fixtures, ObjectFixture};
+    const A: u64 = 1_000;
+    let root = Root::new("other-listing");
+    let hub = hub();
+    let opts = Options { request_attempts_max: 1, ..opts(&hub) };
+    let first = uploaded_in_parts(3, Some((A, 13)), false);
+    finished(run(oci_job(&first, &root), &opts).await.0);
+    drop(first);
+    let bucket = BucketFixture::new("models")
+        .object(ObjectFixture::generated("m/w.bin", UPLOADED_BYTES, 3).multipart(2))
+        .object(ObjectFixture::generated("m/a.bin", A, 14).multipart(2))
+        .object(ObjectFixture::generated("m/config.json", 100, 7));
+    let second = FakeOci::start(Fixtures::new().bucket(bucket)).unwrap();
+    finished(run(oci_job(&second, &root), &opts).await.0);
+    let a = std::fs::read(root.dest().join("a.bin")).unwrap();
+    assert!(
+        a == model_agent_fakeoci::pattern_bytes(14, 0, A as usize),
+        "a.bin is the first upload's ({}) while the listing (and the manifest now) names the second's",
+        a == model_agent_fakeoci::pattern_bytes(13, 0, A as usize),
+    );
+}
