@@ -199,8 +199,11 @@ impl Dest {
         };
         let dir = openat(self.dir.as_fd(), PARTIAL_DIR, DIR_FLAGS, Mode::empty())
             .map_err(|e| disk_error(&format!("{}/{PARTIAL_DIR}", self.rel), e))?;
-        if made {
-            let _ = write_synced_at(&dir, PLACED_RECORDS_STAMP, b"", PARTIAL_DIR);
+        // Without its stamp a directory reads as one from before the records (files kept by
+        // size): one that cannot be stamped (a full root) is not left behind (a review).
+        if made && let Err(error) = write_synced_at(&dir, PLACED_RECORDS_STAMP, b"", PARTIAL_DIR) {
+            let _ = unlinkat(self.dir.as_fd(), PARTIAL_DIR, UnlinkatFlags::RemoveDir);
+            return Err(error);
         }
         Ok(dir)
     }

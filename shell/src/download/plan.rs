@@ -52,6 +52,7 @@ pub(super) async fn run(
     let same_commit = stored.as_ref().filter(|m| m.commit == commit && m.repo_id == job.repo_id);
     if let (Some(dest), Some(manifest)) = (&existing, same_commit)
         && manifest_is(manifest, &files)
+        && etags_agree(manifest, &files)
         && dest.sizes_match(manifest)
     {
         let done = finished_in_place(manifest, 0);
@@ -279,6 +280,17 @@ fn manifest_of(job: &Job, commit: &str, files: &[RemoteFile]) -> Manifest {
     Manifest { repo_id: job.repo_id.clone(), revision: Some(job.revision.clone()), commit: commit.to_owned(), files }
 }
 
+/// No size-only file the manifest names an ETag for is listed with another (uploaded again at
+/// the same size: the listing digest has no ETag).
+fn etags_agree(manifest: &Manifest, files: &[RemoteFile]) -> bool {
+    let named: HashMap<&str, &str> =
+        manifest.files.iter().filter_map(|f| Some((f.path.as_str(), f.etag.as_deref()?))).collect();
+    files.iter().all(|f| match (named.get(f.path.as_str()), disk::size_only_etag(f)) {
+        (Some(named), Some(listed)) => *named == listed,
+        _ => true,
+    })
+}
+
 /// The manifest lists exactly the tree's files and sizes.
 fn manifest_is(manifest: &Manifest, files: &[RemoteFile]) -> bool {
     let mut listed: Vec<(&str, u64)> = manifest.files.iter().map(|f| (f.path.as_str(), f.size)).collect();
@@ -314,9 +326,11 @@ async fn prepare(
         }
     }
     if !todo.is_empty() {
+        // Recorded before the manifest that vouched for them goes (a review: a kill in between
+        // left neither, and a same-size file of an older upload was then kept by its size).
+        dest.record_kept(&placed)?;
         // An older commit's manifest must not vouch for a directory that is changing (mixed revisions).
         dest.remove_manifest()?;
-        dest.record_kept(&placed)?;
     }
     todo.sort_by_key(|file| std::cmp::Reverse(file.size_bytes));
     let todo: Vec<_> = todo
@@ -355,11 +369,14 @@ async fn files_in_place(
         let Some(meta) = on_disk.metadata().ok().filter(|m| m.len() == file.size_bytes) else { continue };
         let vouched = trusted_files.get(file.path.as_str()).filter(|m| m.size == file.size_bytes);
         // An object checked by size only: the directory's manifest, of any listing, names the
-        // version on disk (none: written before ETags were kept). Another or none is fetched
-        // again, whatever the size says (reviews: the old upload's file was kept, and recorded
-        // as the new).
+        // version on disk (none: written before ETags were kept, or a file it does not list:
+        // left from an older listing). Another or none is fetched again, whatever the size says
+        // (reviews: the old upload's file was kept, and recorded as the new).
         let listed = disk::size_only_etag(file);
-        if listed.is_some() && stored_files.get(file.path.as_str()).is_some_and(|m| m.etag.as_deref() != listed) {
+        if listed.is_some()
+            && stored.is_some()
+            && stored_files.get(file.path.as_str()).is_none_or(|m| m.etag.as_deref() != listed)
+        {
             continue;
         }
         if vouched.is_some() {

@@ -944,3 +944,60 @@ async fn a_manifest_of_another_listing_still_says_which_version_a_file_is() {
         a == model_agent_fakeoci::pattern_bytes(13, 0, A as usize),
     );
 }
+
+/// A review (of the stored manifests): a Ready model's manifest of another listing that does not list a.bin (it was
+/// deleted from the bucket for a while: the file stayed on disk, the agent removes no unlisted
+/// file). a.bin is uploaded again at the same size: no manifest entry decides, no download is
+/// under way (no partial directory), and the first upload's a.bin is kept by its size.
+#[tokio::test]
+async fn a_manifest_without_the_path_does_not_let_an_old_upload_be_kept() {
+    use model_agent_fakeoci::{BucketFixture, FakeOci, Fixtures, ObjectFixture};
+    const A: u64 = 1_000;
+    let root = Root::new("r5-absent-entry");
+    let hub = hub();
+    let opts = Options { request_attempts_max: 1, ..opts(&hub) };
+    let first = uploaded_in_parts(3, Some((A, 13)), false);
+    finished(run(oci_job(&first, &root), &opts).await.0);
+    drop(first);
+    // a.bin deleted from the bucket: the model is downloaded again, a.bin stays on disk unlisted.
+    let bucket =
+        BucketFixture::new("models").object(ObjectFixture::generated("m/w.bin", UPLOADED_BYTES, 3).multipart(2));
+    let without = FakeOci::start(Fixtures::new().bucket(bucket)).unwrap();
+    finished(run(oci_job(&without, &root), &opts).await.0);
+    drop(without);
+    assert!(root.dest().join("a.bin").exists(), "the agent keeps the unlisted file");
+    // a.bin uploaded again, same size, another version.
+    let third = uploaded_in_parts(3, Some((A, 14)), false);
+    finished(run(oci_job(&third, &root), &opts).await.0);
+    let a = std::fs::read(root.dest().join("a.bin")).unwrap();
+    assert!(
+        a == model_agent_fakeoci::pattern_bytes(14, 0, A as usize),
+        "a.bin is the first upload's ({}) while the listing names the second's; a.bin bytes served: {}",
+        a == model_agent_fakeoci::pattern_bytes(13, 0, A as usize),
+        third.bytes_served("models", "m/a.bin")
+    );
+}
+
+/// A review (of the stored manifests): a Ready model (its manifest names a.bin's ETag) and a.bin uploaded again at the same
+/// size, nothing else changed: the listing digest has no ETag, so the fast path (`manifest_is` +
+/// `sizes_match`) says complete, and the first upload's a.bin stays while the manifest's ETag
+/// differs from the listed one.
+#[tokio::test]
+async fn the_fast_path_does_not_keep_a_file_the_manifest_names_another_version_by() {
+    const A: u64 = 1_000;
+    let root = Root::new("r5-fast-path");
+    let hub = hub();
+    let opts = Options { request_attempts_max: 1, ..opts(&hub) };
+    let first = uploaded_in_parts(3, Some((A, 13)), false);
+    finished(run(oci_job(&first, &root), &opts).await.0);
+    drop(first);
+    let second = uploaded_in_parts(3, Some((A, 14)), false);
+    finished(run(oci_job(&second, &root), &opts).await.0);
+    let a = std::fs::read(root.dest().join("a.bin")).unwrap();
+    assert!(
+        a == model_agent_fakeoci::pattern_bytes(14, 0, A as usize),
+        "a.bin is the first upload's ({}) while the listing names the second's; a.bin bytes served: {}",
+        a == model_agent_fakeoci::pattern_bytes(13, 0, A as usize),
+        second.bytes_served("models", "m/a.bin")
+    );
+}
