@@ -78,8 +78,14 @@ pub(super) async fn run(
     let ctx = Arc::new(Ctx::new(source, job, &commit, opts, dest)?);
     transfer::fetch_all(ctx.clone(), todo, cancel).await?;
     let manifest = manifest_of(job, &commit, &files);
-    ctx.dest.remove_partial_dir()?;
+    // The manifest first: a kill between the two then leaves a manifest naming each file's
+    // version, where it left neither it nor the records, and a same-size file of an older
+    // upload was adopted by its size at the next download (a review). A partial directory left
+    // beside a manifest holds only records, and goes at the next download's tidying.
     ctx.dest.write_manifest(&manifest)?;
+    if let Err(error) = ctx.dest.remove_partial_dir() {
+        tracing::warn!(dest = %ctx.dest.rel, %error, "the partial directory of a complete download stays");
+    }
     let adopted_files = tally.kept_files.load(std::sync::atomic::Ordering::Relaxed);
     let integrity_failures = ctx.integrity_failures.load(std::sync::atomic::Ordering::Relaxed);
     Ok(Finished {

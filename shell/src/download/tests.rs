@@ -1001,3 +1001,28 @@ async fn the_fast_path_does_not_keep_a_file_the_manifest_names_another_version_b
         second.bytes_served("models", "m/a.bin")
     );
 }
+
+/// A review (of the end of a download): the partial directory went before the manifest was
+/// written, so a kill (or a failed manifest write) in between left neither the manifest nor the
+/// records, and a same-size file of an older upload was adopted by its size at the next
+/// download. The manifest is written first now: the state a kill leaves is a manifest naming
+/// each file's version beside a partial directory of records, and an upload since is fetched.
+#[tokio::test]
+async fn a_kill_at_the_end_of_a_download_keeps_no_file_of_an_older_upload() {
+    const A: u64 = 1_000;
+    let root = Root::new("kill-at-the-end");
+    let hub = hub();
+    let opts = Options { request_attempts_max: 1, ..opts(&hub) };
+    let first = uploaded_in_parts(3, Some((A, 13)), false);
+    finished(run(oci_job(&first, &root), &opts).await.0);
+    drop(first);
+    assert!(root.dest().join(MANIFEST).exists() && !root.dest().join(PARTIAL_DIR).exists());
+    // As a kill after the manifest and before the partial directory went leaves it.
+    std::fs::create_dir(root.dest().join(PARTIAL_DIR)).unwrap();
+    std::fs::write(root.dest().join(PARTIAL_DIR).join("placed-records"), b"").unwrap();
+    let second = uploaded_in_parts(3, Some((A, 14)), false);
+    finished(run(oci_job(&second, &root), &opts).await.0);
+    let a = std::fs::read(root.dest().join("a.bin")).unwrap();
+    assert!(a == model_agent_fakeoci::pattern_bytes(14, 0, A as usize), "a.bin is the upload listed");
+    assert!(!root.dest().join(PARTIAL_DIR).exists(), "the partial directory went at this download");
+}
