@@ -202,7 +202,7 @@ impl Dest {
         // Without its stamp a directory reads as one from before the records (files kept by
         // size): one that cannot be stamped (a full root) is not left behind (a review).
         if made && let Err(error) = write_synced_at(&dir, PLACED_RECORDS_STAMP, b"", PARTIAL_DIR) {
-            let _ = unlinkat(self.dir.as_fd(), PARTIAL_DIR, UnlinkatFlags::RemoveDir);
+            let _ = self.remove_partial_dir();
             return Err(error);
         }
         Ok(dir)
