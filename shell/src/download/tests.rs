@@ -811,6 +811,36 @@ async fn a_kill_between_a_record_and_its_rename_keeps_no_other_file_and_needs_no
     assert_eq!(oci.bytes_served("models", "m/a.bin"), A, "a.bin fetched once, by the first attempt");
 }
 
+/// `root`'s model downloaded whole from a store where a.bin (`a_bytes`) is of upload 13.
+async fn ready_on_the_first_upload(root: &Root, opts: &Options, a_bytes: u64) {
+    let first = uploaded_in_parts(3, Some((a_bytes, 13)), false);
+    finished(run(oci_job(&first, root), opts).await.0);
+}
+
+/// a.bin on disk is upload 14's (the one `oci` lists), not upload 13's.
+fn assert_a_is_the_second_upload(root: &Root, a_bytes: u64, oci: &model_agent_fakeoci::FakeOci) {
+    use model_agent_fakeoci::pattern_bytes;
+    let a = std::fs::read(root.dest().join("a.bin")).unwrap();
+    assert!(
+        a == pattern_bytes(14, 0, a_bytes as usize),
+        "a.bin is the first upload's ({}) while the listing names the second's; a.bin bytes served: {}",
+        a == pattern_bytes(13, 0, a_bytes as usize),
+        oci.bytes_served("models", "m/a.bin")
+    );
+}
+
+/// The Ready model's w.bin is lost on disk and a.bin uploaded again (upload 14, same size): an
+/// attempt cut in w.bin, then one that finishes; a.bin must then be upload 14's.
+async fn w_lost_and_a_uploaded_again(root: &Root, opts: &Options, a_bytes: u64) {
+    std::fs::remove_file(root.dest().join("w.bin")).unwrap();
+    let second = uploaded_in_parts(3, Some((a_bytes, 14)), true);
+    let ended = run(oci_job(&second, root), opts).await.0;
+    assert!(ended.result.is_err(), "cut: {:?}", ended.result.as_ref().map(|_| ()));
+    second.faults().clear();
+    finished(run(oci_job(&second, root), opts).await.0);
+    assert_a_is_the_second_upload(root, a_bytes, &second);
+}
+
 /// A review (of the placed records): a Ready model's w.bin is lost on disk and a.bin is uploaded again (same size, other
 /// bytes and ETag: the listing's digest is unchanged). The attempt keeps a.bin by the trusted
 /// manifest (which knows no ETag) and `Dest::record_kept` records it as the version listed now;
@@ -823,23 +853,9 @@ async fn a_file_kept_by_the_manifest_is_not_recorded_as_the_version_listed() {
     let root = Root::new("trusted-recorded");
     let hub = hub();
     let opts = Options { request_attempts_max: 1, ..opts(&hub) };
-    let first = uploaded_in_parts(3, Some((A, 13)), false);
-    finished(run(oci_job(&first, &root), &opts).await.0);
+    ready_on_the_first_upload(&root, &opts, A).await;
     assert!(root.dest().join(MANIFEST).exists());
-    drop(first);
-    std::fs::remove_file(root.dest().join("w.bin")).unwrap();
-    let second = uploaded_in_parts(3, Some((A, 14)), true);
-    let ended = run(oci_job(&second, &root), &opts).await.0;
-    assert!(ended.result.is_err(), "cut: {:?}", ended.result.as_ref().map(|_| ()));
-    second.faults().clear();
-    finished(run(oci_job(&second, &root), &opts).await.0);
-    let a = std::fs::read(root.dest().join("a.bin")).unwrap();
-    assert!(
-        a == model_agent_fakeoci::pattern_bytes(14, 0, A as usize),
-        "a.bin is the first upload's ({}) while the listing names the second's; a.bin bytes served: {}",
-        a == model_agent_fakeoci::pattern_bytes(13, 0, A as usize),
-        second.bytes_served("models", "m/a.bin")
-    );
+    w_lost_and_a_uploaded_again(&root, &opts, A).await;
 }
 
 /// A review (of the inode records): a node reboot (or a remount of the models root) between two attempts gives the
@@ -892,8 +908,7 @@ async fn a_manifest_from_before_the_etags_does_not_vouch_for_a_file_uploaded_aga
     let root = Root::new("upgrade-manifest");
     let hub = hub();
     let opts = Options { request_attempts_max: 1, ..opts(&hub) };
-    let first = uploaded_in_parts(3, Some((A, 13)), false);
-    finished(run(oci_job(&first, &root), &opts).await.0);
+    ready_on_the_first_upload(&root, &opts, A).await;
     // The manifest as the agent before the upgrade wrote it.
     let mut manifest: serde_json::Value =
         serde_json::from_slice(&std::fs::read(root.dest().join(MANIFEST)).unwrap()).unwrap();
@@ -901,19 +916,7 @@ async fn a_manifest_from_before_the_etags_does_not_vouch_for_a_file_uploaded_aga
         file.as_object_mut().unwrap().remove("etag");
     }
     std::fs::write(root.dest().join(MANIFEST), manifest.to_string()).unwrap();
-    drop(first);
-    std::fs::remove_file(root.dest().join("w.bin")).unwrap();
-    let second = uploaded_in_parts(3, Some((A, 14)), true);
-    let ended = run(oci_job(&second, &root), &opts).await.0;
-    assert!(ended.result.is_err(), "cut: {:?}", ended.result.as_ref().map(|_| ()));
-    second.faults().clear();
-    finished(run(oci_job(&second, &root), &opts).await.0);
-    let a = std::fs::read(root.dest().join("a.bin")).unwrap();
-    assert!(
-        a == model_agent_fakeoci::pattern_bytes(14, 0, A as usize),
-        "a.bin is the first upload's ({}) while the listing names the second's",
-        a == model_agent_fakeoci::pattern_bytes(13, 0, A as usize),
-    );
+    w_lost_and_a_uploaded_again(&root, &opts, A).await;
 }
 
 /// A review (of the inode records): a Ready model (its manifest names a.bin's ETag) whose listing changes (a file is
@@ -928,21 +931,14 @@ async fn a_manifest_of_another_listing_still_says_which_version_a_file_is() {
     let root = Root::new("other-listing");
     let hub = hub();
     let opts = Options { request_attempts_max: 1, ..opts(&hub) };
-    let first = uploaded_in_parts(3, Some((A, 13)), false);
-    finished(run(oci_job(&first, &root), &opts).await.0);
-    drop(first);
+    ready_on_the_first_upload(&root, &opts, A).await;
     let bucket = BucketFixture::new("models")
         .object(ObjectFixture::generated("m/w.bin", UPLOADED_BYTES, 3).multipart(2))
         .object(ObjectFixture::generated("m/a.bin", A, 14).multipart(2))
         .object(ObjectFixture::generated("m/config.json", 100, 7));
     let second = FakeOci::start(Fixtures::new().bucket(bucket)).unwrap();
     finished(run(oci_job(&second, &root), &opts).await.0);
-    let a = std::fs::read(root.dest().join("a.bin")).unwrap();
-    assert!(
-        a == model_agent_fakeoci::pattern_bytes(14, 0, A as usize),
-        "a.bin is the first upload's ({}) while the listing (and the manifest now) names the second's",
-        a == model_agent_fakeoci::pattern_bytes(13, 0, A as usize),
-    );
+    assert_a_is_the_second_upload(&root, A, &second);
 }
 
 /// A review (of the stored manifests): a Ready model's manifest of another listing that does not list a.bin (it was
@@ -956,9 +952,7 @@ async fn a_manifest_without_the_path_does_not_let_an_old_upload_be_kept() {
     let root = Root::new("r5-absent-entry");
     let hub = hub();
     let opts = Options { request_attempts_max: 1, ..opts(&hub) };
-    let first = uploaded_in_parts(3, Some((A, 13)), false);
-    finished(run(oci_job(&first, &root), &opts).await.0);
-    drop(first);
+    ready_on_the_first_upload(&root, &opts, A).await;
     // a.bin deleted from the bucket: the model is downloaded again, a.bin stays on disk unlisted.
     let bucket =
         BucketFixture::new("models").object(ObjectFixture::generated("m/w.bin", UPLOADED_BYTES, 3).multipart(2));
@@ -969,13 +963,7 @@ async fn a_manifest_without_the_path_does_not_let_an_old_upload_be_kept() {
     // a.bin uploaded again, same size, another version.
     let third = uploaded_in_parts(3, Some((A, 14)), false);
     finished(run(oci_job(&third, &root), &opts).await.0);
-    let a = std::fs::read(root.dest().join("a.bin")).unwrap();
-    assert!(
-        a == model_agent_fakeoci::pattern_bytes(14, 0, A as usize),
-        "a.bin is the first upload's ({}) while the listing names the second's; a.bin bytes served: {}",
-        a == model_agent_fakeoci::pattern_bytes(13, 0, A as usize),
-        third.bytes_served("models", "m/a.bin")
-    );
+    assert_a_is_the_second_upload(&root, A, &third);
 }
 
 /// A review (of the stored manifests): a Ready model (its manifest names a.bin's ETag) and a.bin uploaded again at the same
@@ -988,18 +976,10 @@ async fn the_fast_path_does_not_keep_a_file_the_manifest_names_another_version_b
     let root = Root::new("r5-fast-path");
     let hub = hub();
     let opts = Options { request_attempts_max: 1, ..opts(&hub) };
-    let first = uploaded_in_parts(3, Some((A, 13)), false);
-    finished(run(oci_job(&first, &root), &opts).await.0);
-    drop(first);
+    ready_on_the_first_upload(&root, &opts, A).await;
     let second = uploaded_in_parts(3, Some((A, 14)), false);
     finished(run(oci_job(&second, &root), &opts).await.0);
-    let a = std::fs::read(root.dest().join("a.bin")).unwrap();
-    assert!(
-        a == model_agent_fakeoci::pattern_bytes(14, 0, A as usize),
-        "a.bin is the first upload's ({}) while the listing names the second's; a.bin bytes served: {}",
-        a == model_agent_fakeoci::pattern_bytes(13, 0, A as usize),
-        second.bytes_served("models", "m/a.bin")
-    );
+    assert_a_is_the_second_upload(&root, A, &second);
 }
 
 /// A review (of the end of a download): the partial directory went before the manifest was
@@ -1013,9 +993,7 @@ async fn a_kill_at_the_end_of_a_download_keeps_no_file_of_an_older_upload() {
     let root = Root::new("kill-at-the-end");
     let hub = hub();
     let opts = Options { request_attempts_max: 1, ..opts(&hub) };
-    let first = uploaded_in_parts(3, Some((A, 13)), false);
-    finished(run(oci_job(&first, &root), &opts).await.0);
-    drop(first);
+    ready_on_the_first_upload(&root, &opts, A).await;
     assert!(root.dest().join(MANIFEST).exists() && !root.dest().join(PARTIAL_DIR).exists());
     // As a kill after the manifest and before the partial directory went leaves it.
     std::fs::create_dir(root.dest().join(PARTIAL_DIR)).unwrap();
