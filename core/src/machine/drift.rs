@@ -55,8 +55,9 @@ impl State {
         // The orphan check's LISTs tell which of a rested record's unknown uids are alive (the
         // directory then counts as shared once a model comes to use it) and which gone (a
         // review: a record at rest never learnt it, and a delete trashed a live uid's files).
-        for (path, _) in shown.iter() {
-            if let Some(using) = self.dirs_rested.get(*path).filter(|using| !using.unknown.is_empty()) {
+        // Nearly always none at rest: walked, not the snapshot's every directory.
+        for (dir, using) in self.dirs_rested.iter().filter(|(_, using)| !using.unknown.is_empty()) {
+            if let Some((path, _)) = shown.get_key_value(&**dir) {
                 unknown.insert(*path, using.unknown.clone());
             }
         }
@@ -372,9 +373,7 @@ impl State {
             }
             shared::forget_gone(&mut self.dirs, path, &gone);
             shared::forget_gone(&mut self.dirs_rested, path, &gone);
-            if self.dirs_rested.get(path.as_str()).is_some_and(|using| !shared::rest_needed(using)) {
-                self.dirs_rested.remove(path.as_str());
-            }
+            shared::unrest_if_done(&mut self.dirs_rested, path);
             if let Some(using) = self.dirs.get(path.as_str()) {
                 st.dirty.extend(using.members.iter().map(|m| m.key.clone()));
             }

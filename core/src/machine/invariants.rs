@@ -30,30 +30,13 @@ impl State {
     /// seen alive are unknown ones.
     fn dir_invariants(&self) -> Result<(), String> {
         for (dir, using) in self.dirs.iter() {
-            let sorted = |uids: &[Uid]| uids.windows(2).all(|w| w[0] < w[1]);
-            let marked = using.unknown.iter().all(|u| using.marked.binary_search(u).is_ok());
-            let undecided = using.unknown.iter().all(|u| using.gone.binary_search(u).is_err());
-            let alive = sorted(&using.alive) && using.alive.iter().all(|u| using.unknown.binary_search(u).is_ok());
-            if !(sorted(&using.unknown) && sorted(&using.gone) && marked && undecided && alive) {
-                return Err(format!(
-                    "{dir}: unknown uids {:?} disagree with marked {:?} or gone {:?}",
-                    using.unknown, using.marked, using.gone
-                ));
-            }
+            record_invariants(dir, using)?;
         }
         for (dir, using) in self.dirs_rested.iter() {
-            let sorted = using.unknown.windows(2).all(|w| w[0] < w[1]);
-            let marked = using.unknown.iter().all(|u| using.marked.binary_search(u).is_ok());
-            let alive = using.alive.iter().all(|u| using.unknown.binary_search(u).is_ok());
             if !using.members.is_empty() || !shared::rest_needed(using) || self.dirs.contains_key(dir) {
                 return Err(format!("{dir}: rested with members, with nothing to remember, or in use"));
             }
-            if !(sorted && marked && alive) {
-                return Err(format!(
-                    "{dir}: rested unknown uids {:?} disagree with marked {:?}",
-                    using.unknown, using.marked
-                ));
-            }
+            record_invariants(dir, using)?;
         }
         Ok(())
     }
@@ -168,4 +151,20 @@ impl State {
         }
         Ok(())
     }
+}
+
+/// One directory's record, in use or at rest: its unknown uids are ones its marker is known to
+/// name, none proven gone; those seen alive are unknown ones.
+fn record_invariants(dir: &str, using: &shared::DirUse) -> Result<(), String> {
+    let sorted = |uids: &[Uid]| uids.windows(2).all(|w| w[0] < w[1]);
+    let marked = using.unknown.iter().all(|u| using.marked.binary_search(u).is_ok());
+    let undecided = using.unknown.iter().all(|u| using.gone.binary_search(u).is_err());
+    let alive = sorted(&using.alive) && using.alive.iter().all(|u| using.unknown.binary_search(u).is_ok());
+    if !(sorted(&using.unknown) && sorted(&using.gone) && marked && undecided && alive) {
+        return Err(format!(
+            "{dir}: unknown uids {:?} disagree with marked {:?} or gone {:?}",
+            using.unknown, using.marked, using.gone
+        ));
+    }
+    Ok(())
 }

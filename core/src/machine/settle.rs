@@ -207,9 +207,8 @@ impl State {
             node_reads.trash_waiting.insert(key.clone());
         }
         st.dir_affected.extend(unregister_gone((dirs, dirs_rested), &before, slot));
-        let held = contest.as_ref().is_some_and(|c| c.held_by.is_some());
-        let models_root = &config.models_root;
-        st.dir_affected.extend(shared::register((dirs, dirs_rested), key, slot, models_root, (node.as_deref(), held)));
+        let node_held = (node.as_deref(), contest.as_ref().is_some_and(|c| c.held_by.is_some()));
+        st.dir_affected.extend(shared::register((dirs, dirs_rested), key, slot, &config.models_root, node_held));
         // A copy whose last user left (a delete, a switch to its own download): the sweep decides.
         st.copy_released |= before.iter().any(|(d, _)| shared::copy_parts(d).is_some() && !dirs.contains_key(d));
         sync_timers(timers, key, slot);

@@ -473,9 +473,7 @@ pub(super) fn unregister((dirs, rested): (&mut Dirs, &mut Dirs), gone: &[(Arc<st
             using.unknown.retain(|u| u != uid);
             using.alive.retain(|u| u != uid);
         }
-        if rested.get(dir).is_some_and(|using| !rest_needed(using)) {
-            rested.remove(dir);
-        }
+        unrest_if_done(rested, dir);
     }
     affected
 }
@@ -485,6 +483,13 @@ pub(super) fn unregister((dirs, rested): (&mut Dirs, &mut Dirs), gone: &[(Arc<st
 /// unknown, and the check would LIST for it every drift period: a review)?
 pub(super) fn rest_needed(using: &DirUse) -> bool {
     !using.unknown.is_empty() || using.gone.iter().any(|g| using.marked.binary_search(g).is_ok())
+}
+
+/// Forgets the record at rest of `dir` once it has nothing to remember.
+pub(super) fn unrest_if_done(rested: &mut Dirs, dir: &str) {
+    if rested.get(dir).is_some_and(|using| !rest_needed(using)) {
+        rested.remove(dir);
+    }
 }
 
 /// A directory no model used comes into use with the record it was left at rest with, if any
