@@ -318,11 +318,6 @@ fn placed_name(file: &RemoteFile) -> String {
 /// once, then recorded.
 const PLACED_RECORDS_STAMP: &str = "placed-records";
 
-/// The ETag a file's version is known by, when its size is all that checks it.
-pub(super) fn size_only_etag(file: &RemoteFile) -> Option<&str> {
-    (file.hash == crate::hf::FileHash::SizeOnly).then_some(file.etag.as_deref()).flatten()
-}
-
 /// What a `.placed` record holds: the inode of the file it vouches for, so that it vouches for
 /// no other file at that path (one written before the rename that places the file, which keeps
 /// the inode, and the process killed in between). Not the device: NFS, overlayfs and btrfs
@@ -339,7 +334,7 @@ fn inode_text(meta: &std::fs::Metadata) -> String {
 /// placed file without its record. A record that cannot be written costs a fetch again at the
 /// next attempt, never a wrong file.
 pub(super) fn record_placed(partial_dir: &OwnedFd, file: &RemoteFile, meta: &std::fs::Metadata) {
-    if size_only_etag(file).is_some() {
+    if file.size_only_etag().is_some() {
         if !exists_at(partial_dir, PLACED_RECORDS_STAMP) {
             let _ = write_synced_at(partial_dir, PLACED_RECORDS_STAMP, b"", PARTIAL_DIR);
         }
@@ -364,7 +359,7 @@ pub(super) fn size_only_placed_as_listed(
     file: &RemoteFile,
     on_disk: &std::fs::Metadata,
 ) -> bool {
-    match (partial_dir, size_only_etag(file)) {
+    match (partial_dir, file.size_only_etag()) {
         (Some(dir), Some(_)) => {
             let record = read_small_at(dir, &placed_name(file), 64);
             // The inode only: the record is on the file's own filesystem (a rename put it there),
@@ -401,7 +396,8 @@ impl Dest {
     /// could then fail for good).
     pub fn record_kept(&self, kept: &[&RemoteFile]) -> Result<(), DownloadError> {
         let dir = self.open_partial_dir()?;
-        for file in kept {
+        // Only an object checked by size only has a record: no other file is opened for one.
+        for file in kept.iter().filter(|f| f.size_only_etag().is_some()) {
             if let Some(meta) = self.open_existing(&file.path).and_then(|f| f.metadata().ok()) {
                 record_placed(&dir, file, &meta);
             }

@@ -77,11 +77,15 @@ pub(super) async fn run(
     *marked = true;
     let ctx = Arc::new(Ctx::new(source, job, &commit, opts, dest)?);
     transfer::fetch_all(ctx.clone(), todo, cancel).await?;
-    let manifest = manifest_of(job, &commit, &files);
-    // The manifest first: a kill between the two then leaves a manifest naming each file's
-    // version, where it left neither it nor the records, and a same-size file of an older
-    // upload was adopted by its size at the next download (a review). A partial directory left
-    // beside a manifest holds only records, and goes at the next download's tidying.
+    completed(&ctx, manifest_of(job, &commit, &files), &tally)
+}
+
+/// Every file is in place: the manifest is written, then the partial directory goes. The
+/// manifest first: a kill between the two then leaves a manifest naming each file's version,
+/// where it left neither it nor the records, and a same-size file of an older upload was
+/// adopted by its size at the next download (a review). A partial directory left beside a
+/// manifest holds only records, and goes at the next download's tidying.
+fn completed(ctx: &Ctx, manifest: Manifest, tally: &Tally) -> Result<Finished, DownloadError> {
     ctx.dest.write_manifest(&manifest)?;
     if let Err(error) = ctx.dest.remove_partial_dir() {
         tracing::warn!(dest = %ctx.dest.rel, %error, "the partial directory of a complete download stays");
@@ -279,7 +283,7 @@ fn finished_in_place(manifest: &Manifest, adopted_files: u64) -> Finished {
 
 fn manifest_of(job: &Job, commit: &str, files: &[RemoteFile]) -> Manifest {
     let file_of = |f: &RemoteFile| {
-        let etag = disk::size_only_etag(f).map(str::to_owned);
+        let etag = f.size_only_etag().map(str::to_owned);
         ManifestFile { path: f.path.clone(), size: f.size_bytes, etag }
     };
     let files = files.iter().map(file_of).collect();
@@ -291,7 +295,7 @@ fn manifest_of(job: &Job, commit: &str, files: &[RemoteFile]) -> Manifest {
 fn etags_agree(manifest: &Manifest, files: &[RemoteFile]) -> bool {
     let named: HashMap<&str, &str> =
         manifest.files.iter().filter_map(|f| Some((f.path.as_str(), f.etag.as_deref()?))).collect();
-    files.iter().all(|f| match (named.get(f.path.as_str()), disk::size_only_etag(f)) {
+    files.iter().all(|f| match (named.get(f.path.as_str()), f.size_only_etag()) {
         (Some(named), Some(listed)) => *named == listed,
         _ => true,
     })
@@ -378,7 +382,7 @@ async fn files_in_place(
         // version on disk (none: written before ETags were kept, or a file it does not list:
         // left from an older listing). Another or none is fetched again, whatever the size says
         // (reviews: the old upload's file was kept, and recorded as the new).
-        let listed = disk::size_only_etag(file);
+        let listed = file.size_only_etag();
         if listed.is_some()
             && stored.is_some()
             && stored_files.get(file.path.as_str()).is_none_or(|m| m.etag.as_deref() != listed)

@@ -32,6 +32,13 @@ pub struct RemoteFile {
     pub etag: Option<String>,
 }
 
+impl RemoteFile {
+    /// The ETag this file's version is known by, when its size is all that checks it.
+    pub fn size_only_etag(&self) -> Option<&str> {
+        (self.hash == FileHash::SizeOnly).then_some(self.etag.as_deref()).flatten()
+    }
+}
+
 #[derive(Deserialize)]
 struct RevisionJson {
     sha: String,

@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures::StreamExt;
 
 use super::{Backend, Store, StoreError};
-use crate::hf::{FileHash, Meter, RemoteFile, StreamHasher, Writeback, hash_prefix};
+use crate::hf::{Meter, RemoteFile, StreamHasher, Writeback, hash_prefix};
 
 /// Downloads `file` into `partial` (opened by the caller beneath its partial directory). On
 /// success the partial file holds the verified content, synced. Stalled and Truncated keep the
@@ -72,11 +72,6 @@ pub async fn fetch_file(
 
 type ByteStream = futures::stream::BoxStream<'static, Result<hyper::body::Bytes, StoreError>>;
 
-/// The ETag a read of `file` asks for: its listed one when its size is all that checks it.
-fn version_asked(file: &RemoteFile) -> Option<&str> {
-    (file.hash == FileHash::SizeOnly).then_some(file.etag.as_deref()).flatten()
-}
-
 /// The object's bytes from `have` to `size` as one streamed request, and the offset the stream
 /// starts at (0 when a server ignored the range). An object checked by size only is read as the
 /// version listed (`If-Match`, and its ETag stat'ed or, on OCI, the answer's compared): the bytes
@@ -88,20 +83,19 @@ async fn open_stream(
     what: &str,
 ) -> Result<(ByteStream, u64), StoreError> {
     let changed = || StoreError::Changed { path: file.path.clone() };
+    let asked = file.size_only_etag();
     match &store.backend {
         Backend::OpenDal { op, .. } => {
-            let opendal_error = |e: opendal::Error| match e.kind() {
-                opendal::ErrorKind::ConditionNotMatch => changed(),
-                _ => StoreError::from_opendal(what, &e),
-            };
+            // A failed `If-Match` is `Changed` (`StoreError::from_opendal`).
+            let opendal_error = |e: opendal::Error| StoreError::from_opendal(what, &e);
             // A server may ignore `If-Match` on a GET (s3s-fs does): the version is stat'ed first.
-            if let Some(etag) = version_asked(file) {
+            if let Some(etag) = asked {
                 let meta = op.stat_with(key).if_match(etag).await.map_err(opendal_error)?;
                 if !super::listing::answer_is_version(etag, meta.etag()) {
                     return Err(changed());
                 }
             }
-            let reader = match version_asked(file) {
+            let reader = match asked {
                 Some(etag) => op.reader_with(key).if_match(etag).await,
                 None => op.reader_with(key).await,
             };
@@ -114,7 +108,7 @@ async fn open_stream(
         Backend::Oci { client, bucket } => {
             let range = crate::oci::ByteRange { start: have, end: Some(size) };
             let body = client.get_object(bucket, key, Some(range)).await.map_err(StoreError::from_oci)?;
-            if let Some(asked) = version_asked(file)
+            if let Some(asked) = asked
                 && !super::listing::answer_is_version(asked, body.head.etag.as_deref())
             {
                 return Err(changed());
